@@ -1,0 +1,113 @@
+// Configuration of a connection: identity, paths, transport profile, and the tunables of loss
+// recovery, congestion control and path health. Defaults are the documented protocol defaults
+// (docs/spec/rules.md); Validate() refuses inconsistent settings with a reason.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "lib/core/types.h"
+#include "lib/wire/packet.h"
+
+namespace metaroce::core {
+
+// How lost packets are recovered.
+enum class RecoveryPolicy : uint8_t {
+  kSelective,  // a gap in a path's SACK bitmap retransmits exactly the missing PSN (MetaRoCE)
+  kGoBackN,    // the receiver takes PSNs in order only; a gap resends everything from it (RoCEv2)
+};
+// How received data reaches memory.
+enum class PlacementPolicy : uint8_t {
+  kDirect,         // every packet placed on arrival at its own address (MetaRoCE)
+  kInOrderOnly,    // only the next expected PSN is accepted and placed (go-back-N)
+  kReorderBuffer,  // out-of-order packets wait in a bounded buffer; placed in message order
+};
+// How a connection uses its paths.
+enum class SprayPolicy : uint8_t {
+  kAllPaths,    // spray across every usable path
+  kSinglePath,  // one path (its source port pins the flow to one ECMP route)
+};
+
+// A transport = a combination of the three policies. The named profiles are the ones compared in
+// the evaluation; all run through the same connection code.
+struct TransportProfile {
+  RecoveryPolicy recovery = RecoveryPolicy::kSelective;
+  PlacementPolicy placement = PlacementPolicy::kDirect;
+  SprayPolicy spray = SprayPolicy::kAllPaths;
+  uint32_t reorder_buffer_bytes = 0;  // kReorderBuffer: capacity
+
+  static TransportProfile MetaRoce() { return {}; }
+  static TransportProfile GoBackN() {
+    return {RecoveryPolicy::kGoBackN, PlacementPolicy::kInOrderOnly, SprayPolicy::kSinglePath, 0};
+  }
+  static TransportProfile ReorderBuffer(uint32_t bytes = 1u << 20) {
+    return {RecoveryPolicy::kSelective, PlacementPolicy::kReorderBuffer, SprayPolicy::kAllPaths,
+            bytes};
+  }
+  std::string_view Name() const;
+};
+
+struct ConnectionConfig {
+  // Identity. Packets we send carry dest_conn = remote_conn_id and token = tx_token; packets we
+  // accept must carry our local_conn_id and rx_token.
+  uint32_t local_conn_id = 1;
+  uint32_t remote_conn_id = 1;
+  uint64_t tx_token = 0;
+  uint64_t rx_token = 0;
+
+  // Paths. Path i starts on source port initial_ports[i] (or port_base + i when empty) and on
+  // plane i % plane_count. Rotation draws new ports from [rotate_port_lo, rotate_port_hi].
+  uint16_t path_count = 8;
+  uint8_t plane_count = 1;
+  std::vector<uint16_t> initial_ports;
+  uint16_t port_base = 49152;
+  uint16_t rotate_port_lo = 49152;
+  uint16_t rotate_port_hi = 65535;
+  uint16_t udp_port = wire::kDefaultUdpPort;  // destination port of data packets
+  uint64_t seed = 1;                           // drives port rotation choices only
+
+  TransportProfile profile;
+  uint32_t mtu = 4096;  // payload bytes per data packet
+  bool ordered_completion = false;
+  uint32_t max_send_queue = 1024;  // outstanding send work requests
+  uint32_t max_recv_queue = 1024;  // posted receives not yet completed
+  uint32_t max_message_bytes = 1u << 30;
+
+  // Congestion control (per path, under a connection limit).
+  uint32_t initial_cwnd_bytes = 64 * 1024;
+  uint32_t min_cwnd_bytes = 4096;
+  uint32_t max_cwnd_bytes = 4u << 20;
+  uint64_t connection_max_inflight_bytes = 64u << 20;
+  double ecn_gain = 1.0 / 16;       // DCTCP g: weight of a new ECN fraction sample
+  Duration target_queue_delay = std::chrono::microseconds(20);  // delay above min RTT tolerated
+  uint32_t receive_budget_bytes = 0;  // receiver: fair-share hint budget (0: no hint)
+
+  // ACKs.
+  uint32_t ack_every = 2;  // in-order packets per ACK on a path (gaps and ACK_REQ ACK at once)
+  Duration delayed_ack = std::chrono::microseconds(4);
+
+  // Loss detection and path health.
+  Duration min_probe_timeout = std::chrono::microseconds(50);
+  Duration initial_rtt = std::chrono::microseconds(20);
+  uint32_t fail_after_timeouts = 3;     // consecutive probe timeouts without progress: failed
+  uint32_t max_transmissions = 64;      // per packet; beyond: RETRY_EXC_ERR
+  // No acknowledgement on any path for this long while work is outstanding: RETRY_EXC_ERR.
+  Duration no_progress_timeout = std::chrono::milliseconds(100);
+  Duration rotation_holddown = std::chrono::microseconds(200);  // per path, between rotations
+  uint32_t probes_to_activate = 1;      // probe replies needed to carry data again
+  Duration degraded_hold = std::chrono::milliseconds(5);  // persistent congestion before rotating
+  double degraded_ecn_fraction = 0.9;
+
+  // Receiver-not-ready.
+  Duration rnr_delay = std::chrono::microseconds(20);
+  uint32_t rnr_retry = 7;  // 7 means retry forever, as in ibverbs
+
+  absl::Status Validate() const;
+  uint16_t InitialPort(uint16_t path) const {
+    return initial_ports.empty() ? static_cast<uint16_t>(port_base + path) : initial_ports[path];
+  }
+};
+
+}  // namespace metaroce::core

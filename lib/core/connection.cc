@@ -1,0 +1,105 @@
+#include "lib/core/connection.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "lib/core/receiver.h"
+#include "lib/core/sender.h"
+
+namespace metaroce::core {
+
+Connection::Connection(const ConnectionConfig& config, MemoryTable& memory, PacketSink& sink)
+    : config_(config), memory_(memory), sink_(sink) {
+  sender_ = std::make_unique<Sender>(*this);
+  receiver_ = std::make_unique<Receiver>(*this);
+}
+
+Connection::~Connection() = default;
+
+absl::Status Connection::PostSend(Instant now, const SendWorkRequest& wr) {
+  if (state_ == State::kError) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("connection is in error (", std::string(StatusName(error_status_)), ")"));
+  }
+  return sender_->Post(now, wr);
+}
+
+absl::Status Connection::PostRecv(Instant /*now*/, const RecvWorkRequest& wr) {
+  if (state_ == State::kError) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("connection is in error (", std::string(StatusName(error_status_)), ")"));
+  }
+  return receiver_->PostRecv(wr);
+}
+
+void Connection::OnPacket(Instant now, const wire::Packet& packet, const RxMeta& meta) {
+  if (state_ == State::kError) return;
+  // Every packet proves it belongs to this connection before anything in it is used.
+  if (packet.token != config_.rx_token) {
+    ++counters_.bad_token;
+    return;
+  }
+  if (packet.path_id >= config_.path_count) {
+    ++counters_.bad_path;
+    return;
+  }
+  switch (packet.opcode) {
+    case wire::Opcode::kAck: sender_->OnAck(now, packet); break;
+    case wire::Opcode::kProbe: receiver_->OnProbe(now, packet, meta); break;
+    default: receiver_->OnData(now, packet, meta); break;
+  }
+}
+
+void Connection::OnTimer(Instant now) {
+  if (state_ == State::kError) return;
+  receiver_->OnTimer(now);
+  sender_->OnTimer(now);
+}
+
+Instant Connection::NextDeadline() const {
+  if (state_ == State::kError) return kNever;
+  return std::min(sender_->NextDeadline(), receiver_->NextDeadline());
+}
+
+void Connection::Fail(Instant /*now*/, WcStatus status, std::optional<uint32_t> culprit) {
+  if (state_ == State::kError) return;
+  state_ = State::kError;
+  error_status_ = status;
+  // The culprit gets the real status; if none is named, the oldest request carries it.
+  sender_->Flush(culprit.value_or(UINT32_MAX), status);
+  receiver_->Flush();
+}
+
+size_t Connection::PollCompletions(std::span<Completion> out) {
+  size_t n = 0;
+  while (n < out.size() && !completions_.empty()) {
+    out[n++] = completions_.front();
+    completions_.pop_front();
+  }
+  return n;
+}
+
+size_t Connection::PollEvents(std::span<PathEvent> out) {
+  size_t n = 0;
+  while (n < out.size() && !events_.empty()) {
+    out[n++] = events_.front();
+    events_.pop_front();
+  }
+  return n;
+}
+
+absl::Status Connection::RequestRotation(Instant now, uint16_t path_id) {
+  if (state_ == State::kError) return absl::FailedPreconditionError("connection is in error");
+  return sender_->RequestRotation(now, path_id);
+}
+
+PathStats Connection::path_stats(uint16_t path_id) const {
+  PathStats s = sender_->Stats(path_id);
+  s.rx_packets = receiver_->rx_packets(path_id);
+  return s;
+}
+
+size_t Connection::outstanding_sends() const { return sender_->outstanding(); }
+size_t Connection::posted_receives() const { return receiver_->posted(); }
+
+}  // namespace metaroce::core

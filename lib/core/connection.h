@@ -1,0 +1,133 @@
+// A MetaRoCE connection (the queue pair): both directions of one reliable connection with N logical
+// paths, as a pure state machine.
+//
+// Sans-I/O contract: the connection reads no clock, opens no socket, starts no thread and draws no
+// randomness except from the seed in its config. Every entry point takes `now`. Packets leave
+// through the PacketSink given at construction, synchronously, from within the entry point that
+// caused them. The caller must call OnTimer(now) no later than NextDeadline().
+//
+// Memory contract: the connection reads payload from and writes payload to registered memory only,
+// through the MemoryTable (which checks keys, bounds and access for every byte range).
+//
+// Thread-safety: none. A connection, its MemoryTable and its PacketSink belong to one thread.
+//
+// Errors: Post*() refuse a request with a Status that says why (queue full, bad key, connection in
+// error). A request once accepted always produces a completion if it fails, and on success when it
+// is signaled (sends) or always (receives). After a fatal error (retry exceeded, remote access
+// error) the connection moves to kError and flushes every outstanding request with WR_FLUSH_ERR.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "lib/core/config.h"
+#include "lib/core/memory_table.h"
+#include "lib/core/packet_sink.h"
+#include "lib/core/path_state.h"
+#include "lib/core/types.h"
+#include "lib/wire/packet.h"
+
+namespace metaroce::core {
+
+class ConnectionTestPeer;
+class Sender;
+class Receiver;
+
+// Counters of one connection (both directions). Names follow Soft-RoCE's where they mean the same.
+struct ConnectionCounters {
+  uint64_t sent_pkts = 0;            // data packets sent, retransmissions included
+  uint64_t rcvd_pkts = 0;            // data packets accepted
+  uint64_t retransmits = 0;          // data packets sent again (gap, timeout, go-back-N, reroute)
+  uint64_t gap_retransmits = 0;      // ... of which triggered by a SACK gap
+  uint64_t timeout_retransmits = 0;  // ... of which by a probe timeout (tail loss)
+  uint64_t rerouted_packets = 0;     // ... of which moved off a failed path
+  uint64_t duplicate_request = 0;    // received data packets that were already received
+  uint64_t out_of_window = 0;        // received PSNs beyond the SACK window (dropped)
+  uint64_t bad_token = 0;            // packets dropped for a wrong connection token
+  uint64_t bad_path = 0;             // packets dropped for a path id out of range
+  uint64_t reorder_drops = 0;        // reorder-buffer baseline: dropped for lack of room
+  uint64_t seq_err_naks_sent = 0;    // go-back-N: out-of-order packets refused
+  uint64_t rcvd_rnr_err = 0;         // RNR NAKs received
+  uint64_t rnr_naks_sent = 0;
+  uint64_t access_naks_sent = 0;
+  uint64_t acks_sent = 0;
+  uint64_t acks_rcvd = 0;
+  uint64_t probes_sent = 0;
+  uint64_t retry_exceeded_err = 0;
+  uint64_t messages_completed = 0;   // requester: send work requests completed successfully
+  uint64_t messages_received = 0;    // responder: messages fully placed
+};
+
+class Connection {
+ public:
+  enum class State : uint8_t { kReady, kError };
+
+  // `memory` and `sink` must outlive the connection. The config must pass Validate().
+  Connection(const ConnectionConfig& config, MemoryTable& memory, PacketSink& sink);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Requester side: queue a Write, Write-with-immediate, Send or Send-with-immediate. The local
+  // buffer is checked now (LOC_PROT_ERR / LOC_LEN_ERR are reported as refusals) and read when its
+  // packets are sent, so it must stay untouched until the completion.
+  absl::Status PostSend(Instant now, const SendWorkRequest& wr);
+  // Responder side: post a receive buffer. Receives match incoming Sends and Write-with-immediate
+  // in posting order (the n-th receive matches the message carrying recv_seq n).
+  absl::Status PostRecv(Instant now, const RecvWorkRequest& wr);
+
+  // Processes one packet addressed to this connection (already parsed; dest_conn matched).
+  void OnPacket(Instant now, const wire::Packet& packet, const RxMeta& meta);
+  // Runs every timer due at or before `now`.
+  void OnTimer(Instant now);
+  // Earliest instant at which OnTimer must be called, or kNever.
+  Instant NextDeadline() const;
+
+  // Moves up to out.size() completions into `out`; returns how many.
+  size_t PollCompletions(std::span<Completion> out);
+  // Moves up to out.size() path events (state changes, port rotations) into `out`.
+  size_t PollEvents(std::span<PathEvent> out);
+
+  // Operator request: rotate a path's source port now (subject to the hold-down), then probe it.
+  absl::Status RequestRotation(Instant now, uint16_t path_id);
+
+  State state() const { return state_; }
+  WcStatus error_status() const { return error_status_; }
+  uint32_t local_id() const { return config_.local_conn_id; }
+  const ConnectionConfig& config() const { return config_; }
+  const ConnectionCounters& counters() const { return counters_; }
+  PathStats path_stats(uint16_t path_id) const;
+  uint16_t path_count() const { return config_.path_count; }
+  // Send work requests accepted and not yet completed.
+  size_t outstanding_sends() const;
+  size_t posted_receives() const;
+
+ private:
+  friend class ConnectionTestPeer;
+  friend class Sender;
+  friend class Receiver;
+
+  // Enters kError: the message `culprit_msg_seq` (if still outstanding) completes with `status`,
+  // every other outstanding request with WR_FLUSH_ERR.
+  void Fail(Instant now, WcStatus status, std::optional<uint32_t> culprit_msg_seq);
+  void EmitCompletion(const Completion& c) { completions_.push_back(c); }
+  void EmitEvent(const PathEvent& e) { events_.push_back(e); }
+
+  ConnectionConfig config_;
+  MemoryTable& memory_;
+  PacketSink& sink_;
+  State state_ = State::kReady;
+  WcStatus error_status_ = WcStatus::kSuccess;
+  ConnectionCounters counters_;
+  std::deque<Completion> completions_;
+  std::deque<PathEvent> events_;
+  std::unique_ptr<Sender> sender_;
+  std::unique_ptr<Receiver> receiver_;
+};
+
+}  // namespace metaroce::core

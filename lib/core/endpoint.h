@@ -1,0 +1,62 @@
+// An endpoint: the connections of one host (or one engine shard) and the memory they share.
+//
+// It is the core's front door for raw datagrams: it parses, rejects malformed packets with a
+// counted reason, demultiplexes by destination connection id and drives timers across its
+// connections. Like Connection it is sans-I/O and single-threaded.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "absl/container/btree_map.h"
+#include "absl/status/statusor.h"
+#include "lib/core/connection.h"
+#include "lib/core/memory_table.h"
+#include "lib/core/packet_sink.h"
+#include "lib/wire/packet.h"
+
+namespace metaroce::core {
+
+struct EndpointCounters {
+  uint64_t rx_datagrams = 0;
+  uint64_t malformed = 0;  // sum of by_reason
+  std::array<uint64_t, static_cast<size_t>(wire::ParseError::kCount)> malformed_by_reason = {};
+  uint64_t unknown_connection = 0;
+};
+
+class Endpoint {
+ public:
+  // `sink` must outlive the endpoint.
+  explicit Endpoint(PacketSink& sink) : sink_(sink) {}
+
+  MemoryTable& memory() { return memory_; }
+
+  // Creates a connection. Refuses an invalid config or a local id already in use.
+  absl::StatusOr<Connection*> CreateConnection(const ConnectionConfig& config);
+  absl::Status DestroyConnection(uint32_t local_conn_id);
+  Connection* Find(uint32_t local_conn_id);
+
+  // Parses and dispatches one received UDP payload. Malformed or unroutable datagrams are dropped
+  // and counted; nothing in them is trusted.
+  void OnDatagram(Instant now, std::span<const std::byte> datagram, const RxMeta& meta);
+  // Runs due timers of every connection.
+  void OnTimer(Instant now);
+  // Earliest deadline over all connections, or kNever.
+  Instant NextDeadline() const;
+
+  const EndpointCounters& counters() const { return counters_; }
+  // Connections in id order.
+  const absl::btree_map<uint32_t, std::unique_ptr<Connection>>& connections() const {
+    return connections_;
+  }
+
+ private:
+  PacketSink& sink_;
+  MemoryTable memory_;
+  absl::btree_map<uint32_t, std::unique_ptr<Connection>> connections_;
+  EndpointCounters counters_;
+};
+
+}  // namespace metaroce::core

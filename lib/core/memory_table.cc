@@ -1,0 +1,67 @@
+#include "lib/core/memory_table.h"
+
+#include "lib/core/types.h"
+
+namespace metaroce::core {
+namespace {
+
+bool InBounds(const MemoryRegion& r, uint64_t addr, uint64_t length) {
+  // Written to avoid overflow: addr >= r.addr and addr - r.addr + length <= r.length.
+  return addr >= r.addr && addr - r.addr <= r.length && length <= r.length - (addr - r.addr);
+}
+
+}  // namespace
+
+absl::StatusOr<MemoryRegion> MemoryTable::Register(void* base, uint64_t length, uint32_t access) {
+  if (base == nullptr || length == 0) {
+    return absl::InvalidArgumentError("memory region must be non-empty and non-null");
+  }
+  constexpr uint32_t kAll = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead;
+  if ((access & ~kAll) != 0) return absl::InvalidArgumentError("unknown access flags");
+  if ((access & access::kRemoteWrite) && !(access & access::kLocalWrite)) {
+    // Same rule as ibv_reg_mr: remote write requires local write.
+    return absl::InvalidArgumentError("REMOTE_WRITE requires LOCAL_WRITE");
+  }
+  MemoryRegion r;
+  r.addr = reinterpret_cast<uint64_t>(base);
+  r.length = length;
+  r.access = access;
+  r.lkey = next_key_++;
+  // rkeys are distinct from lkeys so that a confused peer cannot use an lkey as an rkey.
+  r.rkey = r.lkey ^ 0x5a5a0000u;
+  by_lkey_[r.lkey] = r;
+  lkey_by_rkey_[r.rkey] = r.lkey;
+  return r;
+}
+
+absl::Status MemoryTable::Deregister(uint32_t lkey) {
+  auto it = by_lkey_.find(lkey);
+  if (it == by_lkey_.end()) return absl::NotFoundError("no memory region with this lkey");
+  lkey_by_rkey_.erase(it->second.rkey);
+  by_lkey_.erase(it);
+  return absl::OkStatus();
+}
+
+AccessError MemoryTable::ResolveLocal(uint32_t lkey, uint64_t addr, uint64_t length,
+                                      bool need_write, std::byte** out) const {
+  auto it = by_lkey_.find(lkey);
+  if (it == by_lkey_.end()) return AccessError::kUnknownKey;
+  const MemoryRegion& r = it->second;
+  if (need_write && !(r.access & access::kLocalWrite)) return AccessError::kNotPermitted;
+  if (!InBounds(r, addr, length)) return AccessError::kOutOfBounds;
+  *out = reinterpret_cast<std::byte*>(addr);
+  return AccessError::kNone;
+}
+
+AccessError MemoryTable::ResolveRemoteWrite(uint32_t rkey, uint64_t addr, uint64_t length,
+                                            std::byte** out) const {
+  auto k = lkey_by_rkey_.find(rkey);
+  if (k == lkey_by_rkey_.end()) return AccessError::kUnknownKey;
+  const MemoryRegion& r = by_lkey_.at(k->second);
+  if (!(r.access & access::kRemoteWrite)) return AccessError::kNotPermitted;
+  if (!InBounds(r, addr, length)) return AccessError::kOutOfBounds;
+  *out = reinterpret_cast<std::byte*>(addr);
+  return AccessError::kNone;
+}
+
+}  // namespace metaroce::core

@@ -1,0 +1,55 @@
+// Registered memory: the only memory the core reads from or writes to.
+//
+// A region is a byte range of the caller's address space with an lkey, an rkey and ibverbs access
+// flags. Addresses are plain virtual addresses (as with ibv_reg_mr): a Write packet names the
+// address of its first byte and the rkey of the region that must contain it. Every access the core
+// makes goes through Resolve*(), which checks key, bounds and access for the exact byte range and
+// refuses anything else (docs/spec/memory.md).
+//
+// Thread-safety: none; owned by one endpoint and used from its thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+
+namespace metaroce::core {
+
+struct MemoryRegion {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uint32_t access = 0;  // access::*
+};
+
+// Why an access was refused. Maps to completion statuses: local checks give LOC_PROT_ERR /
+// LOC_LEN_ERR, remote ones a REMOTE_ACCESS NAK (REM_ACCESS_ERR at the requester).
+enum class AccessError : uint8_t { kNone, kUnknownKey, kOutOfBounds, kNotPermitted };
+
+class MemoryTable {
+ public:
+  // Registers [base, base+length) with the given access; keys are assigned by the table and are
+  // never reused while the table lives. Fails on a null or empty range or unknown access bits.
+  absl::StatusOr<MemoryRegion> Register(void* base, uint64_t length, uint32_t access);
+  absl::Status Deregister(uint32_t lkey);
+
+  // For a local gather/scatter list element. `need_write`: the core will write (receive buffers).
+  AccessError ResolveLocal(uint32_t lkey, uint64_t addr, uint64_t length, bool need_write,
+                           std::byte** out) const;
+  // For an incoming Write: needs access::kRemoteWrite and the whole range inside the region.
+  AccessError ResolveRemoteWrite(uint32_t rkey, uint64_t addr, uint64_t length,
+                                 std::byte** out) const;
+
+  size_t size() const { return by_lkey_.size(); }
+
+ private:
+  absl::flat_hash_map<uint32_t, MemoryRegion> by_lkey_;
+  absl::flat_hash_map<uint32_t, uint32_t> lkey_by_rkey_;
+  uint32_t next_key_ = 0x100;
+};
+
+}  // namespace metaroce::core

@@ -1,0 +1,50 @@
+// Per-path congestion window: ECN (DCTCP) and delay (Swift-like) signals, additive increase.
+//
+// Loss is deliberately not an input: on a lossy fabric a drop says nothing about queues, and path
+// failure is handled by path health, not by the window (docs/spec/congestion.md).
+#pragma once
+
+#include <cstdint>
+
+#include "lib/core/types.h"
+
+namespace metaroce::core {
+
+struct CongestionParams {
+  uint32_t mtu = 4096;
+  uint32_t initial_cwnd = 64 * 1024;
+  uint32_t min_cwnd = 4096;
+  uint32_t max_cwnd = 4u << 20;
+  double ecn_gain = 1.0 / 16;
+  Duration target_queue_delay = std::chrono::microseconds(20);
+};
+
+class PathCongestion {
+ public:
+  explicit PathCongestion(const CongestionParams& p) : p_(p), cwnd_(p.initial_cwnd) {}
+
+  // One acknowledgement: `acked_bytes` newly acknowledged in `acked_packets` packets, of which
+  // `ce_packets` carried CE. `rtt_sample` is zero when the ACK gave none. `srtt` and `min_rtt`
+  // come from the path's estimator.
+  void OnAck(Instant now, uint32_t acked_bytes, uint32_t acked_packets, uint32_t ce_packets,
+             Duration rtt_sample, Duration srtt, Duration min_rtt);
+  // A new route (after rotation): start over.
+  void Reset();
+
+  uint32_t cwnd() const { return cwnd_; }
+  // DCTCP's alpha: smoothed fraction of CE-marked packets.
+  double ecn_fraction() const { return alpha_; }
+
+ private:
+  void Clamp();
+
+  CongestionParams p_;
+  double cwnd_;
+  double alpha_ = 0;
+  // DCTCP observation window.
+  Instant window_end_{0};
+  uint64_t window_acked_ = 0, window_ce_ = 0;
+  Instant last_delay_cut_{INT64_MIN / 2};
+};
+
+}  // namespace metaroce::core

@@ -1,0 +1,365 @@
+// Responder side. Rule numbers refer to docs/spec/paths-and-recovery.md [R#],
+// messages-and-memory.md [M#] and baselines.md [B#].
+#include "lib/core/receiver.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "lib/core/connection.h"
+#include "lib/core/sequence.h"
+
+namespace metaroce::core {
+
+void ReceiverPath::MarkReceived(uint32_t psn) {
+  const int32_t d = SeqDistance(cum_psn, psn);
+  if (d > 0) {
+    bitmap.Set(static_cast<uint32_t>(d - 1));
+    return;
+  }
+  // psn == cum_psn: advance over it and every contiguous PSN already received above it.
+  bool next;
+  do {
+    next = bitmap.Test(0);
+    bitmap.ShiftDown(1);
+    ++cum_psn;
+  } while (next);
+}
+
+void ReceiverPath::AdvanceTo(uint32_t psn) {
+  const int32_t d = SeqDistance(cum_psn, psn);
+  if (d <= 0) return;
+  const bool psn_arrived = static_cast<uint32_t>(d - 1) < wire::kSackBits &&
+                           bitmap.Test(static_cast<uint32_t>(d - 1));
+  bitmap.ShiftDown(static_cast<uint32_t>(d));
+  cum_psn = psn;
+  if (psn_arrived) MarkReceived(psn);
+}
+
+Receiver::Receiver(Connection& conn)
+    : conn_(conn), cfg_(conn.config_), paths_(conn.config_.path_count) {}
+
+absl::Status Receiver::PostRecv(const RecvWorkRequest& wr) {
+  if (receives_.size() >= cfg_.max_recv_queue) {
+    return absl::ResourceExhaustedError("receive queue full");
+  }
+  std::byte* buf = nullptr;
+  if (wr.local.length > 0) {
+    switch (conn_.memory_.ResolveLocal(wr.local.lkey, wr.local.addr, wr.local.length, true,
+                                       &buf)) {
+      case AccessError::kNone: break;
+      case AccessError::kOutOfBounds:
+        return absl::OutOfRangeError("LOC_LEN_ERR: receive buffer is outside its memory region");
+      case AccessError::kNotPermitted:
+        return absl::PermissionDeniedError(
+            "LOC_PROT_ERR: receive buffer's region lacks LOCAL_WRITE access");
+      case AccessError::kUnknownKey:
+        return absl::PermissionDeniedError("LOC_PROT_ERR: lkey does not name a memory region");
+    }
+  }
+  PostedReceive& r = receives_.emplace_back();
+  r.wr = wr;
+  r.buf = buf;
+  return absl::OkStatus();
+}
+
+bool Receiver::IsComplete(uint32_t msg_seq) const {
+  return SeqLess(msg_seq, completed_below_) || completed_above_.contains(msg_seq);
+}
+
+wire::Syndrome Receiver::Check(const wire::Packet& p, std::byte** dst) {
+  const auto& d = p.data;
+  // [M1] shape: the message must be within the requester's send window and cut at the MTU.
+  const int32_t ahead = SeqDistance(completed_below_, d.msg_seq);
+  if (ahead < 0 || static_cast<uint32_t>(ahead) >= cfg_.max_send_queue ||
+      d.msg_len > cfg_.max_message_bytes || d.offset % cfg_.mtu != 0 ||
+      p.payload.size() != std::min<uint64_t>(cfg_.mtu, d.msg_len - d.offset)) {
+    return wire::Syndrome::kInvalidRequestNak;
+  }
+  auto [it, inserted] = inbound_.try_emplace(d.msg_seq);
+  InboundMessage& m = it->second;
+  if (inserted) {
+    m.opcode = p.opcode;
+    m.msg_len = d.msg_len;
+    m.packets = std::max<uint32_t>(1, (d.msg_len + cfg_.mtu - 1) / cfg_.mtu);
+    m.got.assign((m.packets + 63) / 64, 0);
+    m.recv_seq = d.recv_seq;
+    m.imm = d.imm;
+  } else if (m.opcode != p.opcode || m.msg_len != d.msg_len ||
+             (wire::ConsumesReceive(p.opcode) && m.recv_seq != d.recv_seq)) {
+    return wire::Syndrome::kInvalidRequestNak;  // packets of one message disagree
+  }
+  if (m.refused != wire::Syndrome::kAck) return m.refused;
+  if (m.Got(d.offset / cfg_.mtu) || reorder_.contains({d.msg_seq, d.offset})) {
+    *dst = nullptr;
+    return wire::Syndrome::kAck;  // duplicate data: caller records the PSN only
+  }
+  // [M2] every Write packet is checked for key, bounds and access before memory is touched.
+  std::byte* target = nullptr;
+  if (wire::IsWrite(p.opcode)) {
+    if (conn_.memory_.ResolveRemoteWrite(d.rkey, d.remote_addr, p.payload.size(), &target) !=
+        AccessError::kNone) {
+      return wire::Syndrome::kRemoteAccessNak;
+    }
+  }
+  // [M3] Sends and Write-with-immediate consume the receive they name.
+  if (wire::ConsumesReceive(p.opcode)) {
+    if (SeqLess(d.recv_seq, recv_base_)) return wire::Syndrome::kInvalidRequestNak;
+    const uint32_t idx = d.recv_seq - recv_base_;
+    if (idx >= receives_.size()) return wire::Syndrome::kRnrNak;  // [M5]
+    PostedReceive& r = receives_[idx];
+    if (r.done) return wire::Syndrome::kInvalidRequestNak;
+    if (p.opcode == wire::Opcode::kSend || p.opcode == wire::Opcode::kSendImm) {
+      if (d.msg_len > r.wr.local.length) {
+        // [M4] too long for the receive: it completes with LOC_LEN_ERR, the requester is told.
+        Completion c;
+        c.wr_id = r.wr.wr_id;
+        c.status = WcStatus::kLocLenErr;
+        c.opcode = WcOpcode::kRecv;
+        c.byte_len = d.msg_len;
+        c.conn_id = cfg_.local_conn_id;
+        CompleteReceive(d.recv_seq, c);
+        m.refused = wire::Syndrome::kInvalidRequestNak;
+        return m.refused;
+      }
+      target = r.buf == nullptr ? nullptr : r.buf + d.offset;
+    }
+  }
+  *dst = target;
+  return wire::Syndrome::kAck;
+}
+
+void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
+  if (failed_) return;
+  ReceiverPath& path = paths_[p.path_id];
+  path.peer_port = meta.src_port;
+  if (meta.ce) ++path.ce_count;
+  // [R9] classify the PSN against the path's window.
+  const int32_t d = SeqDistance(path.cum_psn, p.psn);
+  if (d < 0 || (d > 0 && static_cast<uint32_t>(d) <= wire::kSackBits &&
+                path.bitmap.Test(static_cast<uint32_t>(d - 1)))) {
+    ++conn_.counters_.duplicate_request;
+    SendAck(now, p.path_id, p.psn, 0);  // tell the requester again what arrived
+    return;
+  }
+  if (static_cast<uint32_t>(d) > wire::kSackBits) {
+    ++conn_.counters_.out_of_window;
+    return;
+  }
+  if (cfg_.profile.placement == PlacementPolicy::kInOrderOnly && d != 0) {
+    // [B1] go-back-N takes PSNs in order only; one SEQUENCE_ERROR NAK per gap.
+    if (!path.seq_nak_sent) {
+      path.seq_nak_sent = true;
+      ++conn_.counters_.seq_err_naks_sent;
+      SendAck(now, p.path_id, p.psn, 0, wire::Syndrome::kSequenceErrorNak);
+    }
+    return;
+  }
+  const bool in_order = d == 0;
+  if ((p.flags & wire::flags::kFiller) || IsComplete(p.data.msg_seq)) {
+    // [R8] the PSN is new but its data is already here: record the PSN, place nothing.
+    if (!(p.flags & wire::flags::kFiller)) ++conn_.counters_.duplicate_request;
+    path.MarkReceived(p.psn);
+    AfterAccept(now, p.path_id, p, in_order);
+    return;
+  }
+  std::byte* dst = nullptr;
+  const wire::Syndrome verdict = Check(p, &dst);
+  if (verdict != wire::Syndrome::kAck) {
+    // A refused packet's PSN stays unacknowledged, so a lost NAK costs a retransmission and a
+    // new NAK, never a silent loss [M6].
+    if (verdict == wire::Syndrome::kRnrNak) ++conn_.counters_.rnr_naks_sent;
+    if (verdict == wire::Syndrome::kRemoteAccessNak) ++conn_.counters_.access_naks_sent;
+    SendAck(now, p.path_id, p.psn, 0, verdict, p.data.msg_seq);
+    return;
+  }
+  const auto* m = &inbound_[p.data.msg_seq];
+  if (m->Got(p.data.offset / cfg_.mtu) || reorder_.contains({p.data.msg_seq, p.data.offset})) {
+    ++conn_.counters_.duplicate_request;  // data already placed or waiting: PSN only
+  } else if (cfg_.profile.placement == PlacementPolicy::kReorderBuffer &&
+             (p.data.msg_seq != deliver_msg_ || p.data.offset != deliver_offset_)) {
+    if (!Buffer(p, dst)) {
+      ++conn_.counters_.reorder_drops;  // no room: the PSN stays a gap, to be retransmitted
+      return;
+    }
+  } else {
+    Place(p, p.data.msg_seq, p.payload, dst);
+    if (cfg_.profile.placement == PlacementPolicy::kReorderBuffer) DrainReorderBuffer();
+  }
+  ++path.rx_packets;
+  ++conn_.counters_.rcvd_pkts;
+  path.MarkReceived(p.psn);
+  AfterAccept(now, p.path_id, p, in_order);
+}
+
+void Receiver::Place(const wire::Packet& p, uint32_t msg_seq, std::span<const std::byte> payload,
+                     std::byte* dst) {
+  if (!payload.empty()) std::memcpy(dst, payload.data(), payload.size());
+  if (cfg_.profile.placement == PlacementPolicy::kReorderBuffer) {
+    deliver_offset_ += static_cast<uint32_t>(payload.size());
+    if (deliver_offset_ >= p.data.msg_len) {
+      ++deliver_msg_;
+      deliver_offset_ = 0;
+    }
+  }
+  InboundMessage& m = inbound_[msg_seq];
+  const uint32_t index = p.data.offset / cfg_.mtu;
+  m.got[index / 64] |= uint64_t{1} << (index % 64);
+  if (++m.received == m.packets) CompleteMessage(msg_seq);
+}
+
+bool Receiver::Buffer(const wire::Packet& p, std::byte* dst) {
+  if (reorder_bytes_ + p.payload.size() > cfg_.profile.reorder_buffer_bytes) return false;
+  Buffered& b = reorder_[{p.data.msg_seq, p.data.offset}];
+  b.header = p;
+  b.bytes.assign(p.payload.begin(), p.payload.end());
+  b.header.payload = b.bytes;
+  b.dst = dst;
+  reorder_bytes_ += p.payload.size();
+  return true;
+}
+
+void Receiver::DrainReorderBuffer() {
+  for (;;) {
+    auto it = reorder_.find({deliver_msg_, deliver_offset_});
+    if (it == reorder_.end()) return;
+    Buffered b = std::move(it->second);
+    reorder_.erase(it);
+    reorder_bytes_ -= b.bytes.size();
+    Place(b.header, b.header.data.msg_seq, b.bytes, b.dst);
+  }
+}
+
+void Receiver::CompleteMessage(uint32_t msg_seq) {
+  auto it = inbound_.find(msg_seq);
+  const InboundMessage& m = it->second;
+  ++conn_.counters_.messages_received;
+  if (wire::ConsumesReceive(m.opcode)) {
+    const uint32_t idx = m.recv_seq - recv_base_;
+    Completion c;
+    c.wr_id = receives_[idx].wr.wr_id;
+    c.status = WcStatus::kSuccess;
+    c.opcode = m.opcode == wire::Opcode::kWriteImm ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv;
+    c.byte_len = m.msg_len;
+    c.has_imm = wire::CarriesImm(m.opcode);
+    c.imm = m.imm;
+    c.conn_id = cfg_.local_conn_id;
+    CompleteReceive(m.recv_seq, c);
+  }
+  inbound_.erase(it);
+  if (msg_seq == completed_below_) {
+    ++completed_below_;
+    while (completed_above_.erase(completed_below_) > 0) ++completed_below_;
+  } else {
+    completed_above_.insert(msg_seq);
+  }
+}
+
+void Receiver::CompleteReceive(uint32_t recv_seq, const Completion& c) {
+  PostedReceive& r = receives_[recv_seq - recv_base_];
+  r.done = true;
+  r.completion = c;
+  if (!cfg_.ordered_completion) conn_.EmitCompletion(c);
+  while (!receives_.empty() && receives_.front().done) {
+    if (cfg_.ordered_completion) conn_.EmitCompletion(receives_.front().completion);
+    receives_.pop_front();
+    ++recv_base_;
+  }
+}
+
+void Receiver::AfterAccept(Instant now, uint16_t path_id, const wire::Packet& p, bool in_order) {
+  ReceiverPath& path = paths_[path_id];
+  path.last_psn = p.psn;
+  path.seq_nak_sent = false;
+  // [R10] ACK at once when order broke or a gap remains, when asked, or every ack_every packets.
+  if (!in_order || !path.bitmap.Empty() || (p.flags & wire::flags::kAckRequest) ||
+      ++path.unacked_in_order >= cfg_.ack_every) {
+    SendAck(now, path_id, p.psn, 0);
+  } else if (path.ack_deadline == kNever) {
+    path.ack_deadline = now + cfg_.delayed_ack;
+  }
+}
+
+void Receiver::OnProbe(Instant now, const wire::Packet& p, const RxMeta& meta) {
+  if (failed_) return;
+  ReceiverPath& path = paths_[p.path_id];
+  path.peer_port = meta.src_port;
+  path.AdvanceTo(p.psn);  // [R7] PSNs below the probe's will never be sent
+  SendAck(now, p.path_id, p.psn, wire::flags::kProbeReply);
+}
+
+void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint16_t flags,
+                       wire::Syndrome syndrome, uint32_t msg_seq) {
+  (void)now;
+  ReceiverPath& path = paths_[path_id];
+  wire::Packet a;
+  a.opcode = wire::Opcode::kAck;
+  a.flags = flags;
+  a.dest_conn = cfg_.remote_conn_id;
+  a.path_id = path_id;
+  a.token = cfg_.tx_token;
+  a.ack.cum_psn = path.cum_psn;
+  a.ack.ack_psn = trigger_psn;
+  a.ack.ce_count = path.ce_count;
+  a.ack.window_hint = cfg_.receive_budget_bytes == 0
+                          ? 0
+                          : std::max<uint32_t>(cfg_.receive_budget_bytes / cfg_.path_count, 1);
+  a.ack.syndrome = syndrome;
+  if (syndrome == wire::Syndrome::kRnrNak) {
+    a.ack.rnr_delay_us = static_cast<uint16_t>(std::min<int64_t>(
+        0xffff, std::chrono::duration_cast<std::chrono::microseconds>(cfg_.rnr_delay).count()));
+  }
+  a.ack.msg_seq = msg_seq;
+  if (cfg_.profile.placement != PlacementPolicy::kInOrderOnly) a.ack.sack = path.bitmap;
+  std::array<std::byte, wire::kMaxHeadersSize> buf;
+  const size_t n = wire::SerializeHeaders(a, buf);
+  TxMeta meta;
+  meta.conn_id = cfg_.local_conn_id;
+  meta.path_id = path_id;
+  meta.plane = static_cast<uint8_t>(path_id % cfg_.plane_count);
+  meta.src_port = cfg_.udp_port;
+  meta.dst_port = path.peer_port;
+  conn_.sink_.Transmit(meta, std::span<const std::byte>(buf.data(), n), {});
+  ++conn_.counters_.acks_sent;
+  path.unacked_in_order = 0;
+  path.ack_deadline = kNever;
+}
+
+void Receiver::OnTimer(Instant now) {
+  if (failed_) return;
+  for (uint16_t i = 0; i < paths_.size(); ++i) {
+    if (paths_[i].ack_deadline <= now) {
+      SendAck(now, i, paths_[i].last_psn, wire::flags::kDelayedAck);
+    }
+  }
+}
+
+Instant Receiver::NextDeadline() const {
+  Instant t = kNever;
+  if (failed_) return t;
+  for (const ReceiverPath& p : paths_) t = std::min(t, p.ack_deadline);
+  return t;
+}
+
+void Receiver::Flush() {
+  failed_ = true;
+  for (PostedReceive& r : receives_) {
+    if (r.done) continue;
+    r.done = true;
+    r.completion = Completion{};
+    r.completion.wr_id = r.wr.wr_id;
+    r.completion.status = WcStatus::kWrFlushErr;
+    r.completion.opcode = WcOpcode::kRecv;
+    r.completion.conn_id = cfg_.local_conn_id;
+    if (!cfg_.ordered_completion) conn_.EmitCompletion(r.completion);
+  }
+  while (!receives_.empty()) {
+    if (cfg_.ordered_completion) conn_.EmitCompletion(receives_.front().completion);
+    receives_.pop_front();
+    ++recv_base_;
+  }
+  reorder_.clear();
+  reorder_bytes_ = 0;
+  for (ReceiverPath& p : paths_) p.ack_deadline = kNever;
+}
+
+}  // namespace metaroce::core

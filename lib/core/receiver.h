@@ -1,0 +1,115 @@
+// The responder half of a connection (internal to Connection): per-path receive windows and ACK
+// generation, the checks every data packet passes before it touches memory, placement (direct,
+// in-order only, or through a reorder buffer), receive matching and responder completions.
+// Rules [R#] and [M#] refer to docs/spec/paths-and-recovery.md and messages-and-memory.md.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "lib/core/config.h"
+#include "lib/core/packet_sink.h"
+#include "lib/core/types.h"
+#include "lib/wire/packet.h"
+
+namespace metaroce::core {
+
+class Connection;
+
+// The responder's view of one path: which PSNs arrived, and when to say so.
+struct ReceiverPath {
+  uint32_t cum_psn = 0;      // next PSN expected; all below arrived (or were abandoned)
+  wire::SackBitmap bitmap;   // bit k: PSN cum_psn + 1 + k arrived
+  uint32_t ce_count = 0;     // CE-marked data packets seen (cumulative, echoed in ACKs)
+  uint16_t peer_port = 0;    // source port of the latest packet on this path: ACKs go there
+  uint32_t unacked_in_order = 0;
+  uint32_t last_psn = 0;     // PSN of the latest accepted packet (for delayed ACKs)
+  Instant ack_deadline = kNever;
+  bool seq_nak_sent = false;  // go-back-N: one SEQUENCE_ERROR NAK per gap
+  uint64_t rx_packets = 0;
+
+  // Records `psn` as arrived. Precondition: inside the window and not yet arrived.
+  void MarkReceived(uint32_t psn);
+  // Moves the cumulative point forward to `psn` (PSNs below it will never be sent) [R7].
+  void AdvanceTo(uint32_t psn);
+};
+
+// State of one incoming message until it is complete.
+struct InboundMessage {
+  wire::Opcode opcode = wire::Opcode::kWrite;
+  uint32_t msg_len = 0;
+  uint32_t packets = 0;
+  uint32_t received = 0;
+  std::vector<uint64_t> got;  // bit per packet placed
+  uint32_t recv_seq = 0;
+  uint32_t imm = 0;
+  wire::Syndrome refused = wire::Syndrome::kAck;  // != kAck: every packet is answered so
+
+  bool Got(uint32_t i) const { return (got[i / 64] >> (i % 64)) & 1u; }
+};
+
+struct PostedReceive {
+  RecvWorkRequest wr;
+  std::byte* buf = nullptr;
+  bool done = false;
+  Completion completion;
+};
+
+class Receiver {
+ public:
+  explicit Receiver(Connection& conn);
+
+  absl::Status PostRecv(const RecvWorkRequest& wr);
+  void OnData(Instant now, const wire::Packet& p, const RxMeta& meta);
+  void OnProbe(Instant now, const wire::Packet& p, const RxMeta& meta);
+  void OnTimer(Instant now);
+  Instant NextDeadline() const;
+  // Completes every posted receive with WR_FLUSH_ERR and stops accepting data.
+  void Flush();
+
+  size_t posted() const { return receives_.size(); }
+  uint64_t rx_packets(uint16_t path) const { return paths_[path].rx_packets; }
+
+ private:
+  bool IsComplete(uint32_t msg_seq) const;
+  // Checks a new packet against its message, memory and receives [M2-M4]. Returns kAck with
+  // `*dst` set to where its payload goes when it may be placed; otherwise the NAK to answer with.
+  wire::Syndrome Check(const wire::Packet& p, std::byte** dst);
+  void Place(const wire::Packet& p, uint32_t msg_seq, std::span<const std::byte> payload,
+             std::byte* dst);
+  void CompleteMessage(uint32_t msg_seq);
+  void CompleteReceive(uint32_t recv_seq, const Completion& c);
+  void SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint16_t flags,
+               wire::Syndrome syndrome = wire::Syndrome::kAck, uint32_t msg_seq = 0);
+  void AfterAccept(Instant now, uint16_t path_id, const wire::Packet& p, bool in_order);
+  // Reorder-buffer placement [B2].
+  bool Buffer(const wire::Packet& p, std::byte* dst);
+  void DrainReorderBuffer();
+
+  Connection& conn_;
+  const ConnectionConfig& cfg_;
+  std::vector<ReceiverPath> paths_;
+  absl::flat_hash_map<uint32_t, InboundMessage> inbound_;
+  uint32_t completed_below_ = 0;                  // every msg_seq below is complete
+  absl::flat_hash_set<uint32_t> completed_above_;  // complete msg_seqs at or above it
+  std::deque<PostedReceive> receives_;             // recv_seq recv_base_ .. +size-1
+  uint32_t recv_base_ = 0;
+  bool failed_ = false;
+  // Reorder buffer: packets waiting for their turn, keyed by (msg_seq, offset).
+  struct Buffered {
+    wire::Packet header;  // payload span points into `bytes`
+    std::vector<std::byte> bytes;
+    std::byte* dst = nullptr;
+  };
+  std::map<std::pair<uint32_t, uint32_t>, Buffered> reorder_;
+  uint64_t reorder_bytes_ = 0;
+  uint32_t deliver_msg_ = 0;     // next (msg_seq, offset) to place in order
+  uint32_t deliver_offset_ = 0;
+};
+
+}  // namespace metaroce::core

@@ -1,0 +1,733 @@
+// Requester side. Rule numbers [R#] refer to docs/spec/paths-and-recovery.md.
+#include "lib/core/sender.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "lib/core/connection.h"
+#include "lib/core/sequence.h"
+
+namespace metaroce::core {
+namespace {
+
+CongestionParams CongestionFrom(const ConnectionConfig& c) {
+  CongestionParams p;
+  p.mtu = c.mtu;
+  p.initial_cwnd = c.initial_cwnd_bytes;
+  p.min_cwnd = c.min_cwnd_bytes;
+  p.max_cwnd = c.max_cwnd_bytes;
+  p.ecn_gain = c.ecn_gain;
+  p.target_queue_delay = c.target_queue_delay;
+  return p;
+}
+
+wire::Opcode WireOpcode(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kWrite: return wire::Opcode::kWrite;
+    case WrOpcode::kWriteWithImm: return wire::Opcode::kWriteImm;
+    case WrOpcode::kSend: return wire::Opcode::kSend;
+    case WrOpcode::kSendWithImm: return wire::Opcode::kSendImm;
+  }
+  return wire::Opcode::kWrite;
+}
+
+bool ConsumesReceive(WrOpcode op) { return op != WrOpcode::kWrite; }
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Sender::Sender(Connection& conn) : conn_(conn), cfg_(conn.config_), rng_state_(cfg_.seed) {
+  const CongestionParams cc = CongestionFrom(cfg_);
+  paths_.reserve(cfg_.path_count);
+  for (uint16_t i = 0; i < cfg_.path_count; ++i) {
+    SenderPath& p = paths_.emplace_back(i, cc, cfg_.initial_rtt);
+    p.port = cfg_.InitialPort(i);
+    p.plane = static_cast<uint8_t>(i % cfg_.plane_count);
+  }
+}
+
+OutboundMessage* Sender::Find(uint32_t msg_seq) {
+  const uint32_t i = msg_seq - base_seq_;
+  return i < messages_.size() ? &messages_[i] : nullptr;
+}
+
+uint32_t Sender::PacketBytes(const OutboundMessage& m, uint32_t index) const {
+  const uint64_t offset = uint64_t{index} * cfg_.mtu;
+  return static_cast<uint32_t>(std::min<uint64_t>(cfg_.mtu, m.wr.local.length - offset));
+}
+
+absl::Status Sender::Post(Instant now, const SendWorkRequest& wr) {
+  if (messages_.size() >= cfg_.max_send_queue) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("send queue full (", cfg_.max_send_queue, " outstanding requests)"));
+  }
+  if (wr.local.length > cfg_.max_message_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("message of ", wr.local.length,
+                                                   " bytes exceeds max_message_bytes ",
+                                                   cfg_.max_message_bytes));
+  }
+  const std::byte* src = nullptr;
+  if (wr.local.length > 0) {
+    std::byte* p = nullptr;
+    switch (conn_.memory_.ResolveLocal(wr.local.lkey, wr.local.addr, wr.local.length, false, &p)) {
+      case AccessError::kNone: break;
+      case AccessError::kOutOfBounds:
+        return absl::OutOfRangeError("LOC_LEN_ERR: local buffer is outside its memory region");
+      case AccessError::kUnknownKey:
+      case AccessError::kNotPermitted:
+        return absl::PermissionDeniedError("LOC_PROT_ERR: lkey does not name a memory region");
+    }
+    src = p;
+  }
+  if (messages_.empty()) {
+    base_seq_ = next_msg_seq_;
+    last_progress_ = now;  // the no-progress clock starts when work appears
+  }
+  OutboundMessage& m = messages_.emplace_back();
+  m.wr = wr;
+  m.src = src;
+  m.msg_seq = next_msg_seq_++;
+  if (ConsumesReceive(wr.opcode)) m.recv_seq = next_recv_seq_++;
+  m.packets = std::max<uint32_t>(1, (wr.local.length + cfg_.mtu - 1) / cfg_.mtu);
+  m.acked.assign((m.packets + 63) / 64, 0);
+  m.transmissions.assign(m.packets, 0);
+  Pump(now);
+  return absl::OkStatus();
+}
+
+bool Sender::Usable(const SenderPath& p) const { return p.state == PathState::kActive; }
+
+bool Sender::NextPacket(Instant now, PacketRef* out) {
+  // Data moved off a failed path goes first [R5].
+  while (!reroute_.empty()) {
+    const PacketRef ref = reroute_.front();
+    const OutboundMessage* m = Find(ref.msg_seq);
+    if (m == nullptr || m->done || m->IsAcked(ref.index)) {
+      reroute_.pop_front();
+      continue;
+    }
+    *out = ref;
+    return true;
+  }
+  for (;;) {
+    OutboundMessage* m = Find(segment_seq_);
+    if (m == nullptr) return false;
+    if (m->done || m->next_to_send == m->packets) {
+      ++segment_seq_;
+      continue;
+    }
+    // A fenced request starts only when every earlier one has completed (then it is the front).
+    if (m->next_to_send == 0 && (m->wr.flags & send_flags::kFence) && m->msg_seq != base_seq_) {
+      return false;
+    }
+    if (m->rnr_until > now) return false;  // the responder asked us to wait
+    *out = PacketRef{m->msg_seq, m->next_to_send};
+    return true;
+  }
+}
+
+SenderPath* Sender::PickPath(uint32_t bytes) {
+  if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
+    return nullptr;
+  }
+  const uint16_t n = cfg_.profile.spray == SprayPolicy::kSinglePath ? 1 : cfg_.path_count;
+  for (uint16_t i = 0; i < n; ++i) {
+    const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + i) % n);
+    SenderPath& p = paths_[idx];
+    if (!Usable(p) || p.gbn_resending || p.outstanding() >= wire::kSackBits) continue;
+    uint32_t window = p.congestion.cwnd();
+    if (p.window_hint != 0) window = std::min(window, std::max(p.window_hint, cfg_.mtu));
+    if (p.inflight_bytes > 0 && p.inflight_bytes + bytes > window) continue;
+    rr_cursor_ = static_cast<uint16_t>((idx + 1) % n);
+    return &p;
+  }
+  return nullptr;
+}
+
+void Sender::Pump(Instant now) {
+  if (failed_) return;
+  for (SenderPath& p : paths_) {
+    // Go-back-N resend [B1]: everything from the resend point, in order.
+    while (p.gbn_resending && SeqLess(p.gbn_resend, p.next_psn) && !failed_) {
+      const uint32_t psn = p.gbn_resend++;
+      if (!p.at(psn).acked) Retransmit(now, p, psn, Why::kGoBackN);
+    }
+    p.gbn_resending = false;
+  }
+  PacketRef ref;
+  while (!failed_ && NextPacket(now, &ref)) {
+    OutboundMessage* m = Find(ref.msg_seq);
+    const uint32_t bytes = PacketBytes(*m, ref.index);
+    SenderPath* path = PickPath(bytes);
+    if (path == nullptr) return;
+    if (!reroute_.empty() && reroute_.front().msg_seq == ref.msg_seq &&
+        reroute_.front().index == ref.index) {
+      reroute_.pop_front();
+    } else {
+      ++m->next_to_send;
+    }
+    SendNew(now, *path, ref);
+  }
+}
+
+void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref) {
+  const uint32_t psn = path.next_psn++;
+  SentPacket& e = path.at(psn);
+  e = SentPacket{};
+  e.ref = ref;
+  e.bytes = PacketBytes(*Find(ref.msg_seq), ref.index);
+  path.inflight_bytes += e.bytes;
+  inflight_bytes_ += e.bytes;
+  if (!Transmit(now, path, psn, false)) return;
+  if (path.pto_deadline == kNever) ArmPto(now, path);
+}
+
+bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission) {
+  SentPacket& e = path.at(psn);
+  OutboundMessage* m = Find(e.ref.msg_seq);
+  const bool filler = m == nullptr || m->done || m->IsAcked(e.ref.index);
+  if (!filler) {
+    uint8_t& n = m->transmissions[e.ref.index];
+    if (n >= cfg_.max_transmissions) {
+      ++conn_.counters_.retry_exceeded_err;
+      conn_.Fail(now, WcStatus::kRetryExcErr, m->msg_seq);
+      return false;
+    }
+    if (n < 255) ++n;
+  } else if (e.transmissions >= cfg_.max_transmissions) {
+    ++conn_.counters_.retry_exceeded_err;
+    conn_.Fail(now, WcStatus::kRetryExcErr, std::nullopt);
+    return false;
+  }
+  e.last_tx_order = ++path.tx_order;
+  if (e.transmissions == 0) e.first_tx_order = e.last_tx_order;
+  if (e.transmissions < 255) ++e.transmissions;
+  e.sent_at = now;
+
+  wire::Packet p;
+  p.dest_conn = cfg_.remote_conn_id;
+  p.path_id = path.id;
+  p.psn = psn;
+  p.token = cfg_.tx_token;
+  p.data.msg_seq = e.ref.msg_seq;
+  p.data.offset = e.ref.index * cfg_.mtu;
+  std::span<const std::byte> payload;
+  if (filler) {
+    // [R8] the data already arrived through another path: fill the PSN only.
+    p.opcode = wire::Opcode::kWrite;
+    p.flags = wire::flags::kFiller | wire::flags::kAckRequest;
+    p.data.msg_len = p.data.offset;
+  } else {
+    const SendWorkRequest& wr = m->wr;
+    p.opcode = WireOpcode(wr.opcode);
+    p.data.msg_len = wr.local.length;
+    if (wire::IsWrite(p.opcode)) {
+      p.data.rkey = wr.rkey;
+      p.data.remote_addr = wr.remote_addr + p.data.offset;
+    }
+    if (ConsumesReceive(wr.opcode)) p.data.recv_seq = m->recv_seq;
+    if (wire::CarriesImm(p.opcode)) p.data.imm = wr.imm;
+    if (e.bytes > 0) payload = std::span<const std::byte>(m->src + p.data.offset, e.bytes);
+    // [R3] ask for an ACK at once on a message's last packet and when the window is full.
+    const bool last = e.ref.index + 1 == m->packets;
+    const bool window_full = path.inflight_bytes + cfg_.mtu > path.congestion.cwnd();
+    if (last || window_full || retransmission) p.flags |= wire::flags::kAckRequest;
+  }
+  if (retransmission) p.flags |= wire::flags::kRetransmit;
+  p.payload = payload;
+
+  std::array<std::byte, wire::kMaxHeadersSize> headers;
+  const size_t n = wire::SerializeHeaders(p, headers);
+  TxMeta meta;
+  meta.conn_id = cfg_.local_conn_id;
+  meta.path_id = path.id;
+  meta.plane = path.plane;
+  meta.src_port = path.port;
+  meta.dst_port = cfg_.udp_port;
+  conn_.sink_.Transmit(meta, std::span<const std::byte>(headers.data(), n), payload);
+  ++path.stats.tx_packets;
+  path.stats.tx_bytes += payload.size();
+  ++conn_.counters_.sent_pkts;
+  return true;
+}
+
+void Sender::Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why) {
+  if (!Transmit(now, path, psn, true)) return;
+  ++path.stats.retransmits;
+  ++conn_.counters_.retransmits;
+  if (why == Why::kGap) ++conn_.counters_.gap_retransmits;
+  if (why == Why::kTimeout) ++conn_.counters_.timeout_retransmits;
+}
+
+void Sender::SendProbe(Instant now, SenderPath& path) {
+  path.probe_psn = path.snd_una;  // every PSN below it is acknowledged or abandoned [R7]
+  wire::Packet p;
+  p.opcode = wire::Opcode::kProbe;
+  p.dest_conn = cfg_.remote_conn_id;
+  p.path_id = path.id;
+  p.psn = path.probe_psn;
+  p.token = cfg_.tx_token;
+  std::array<std::byte, wire::kMaxHeadersSize> headers;
+  const size_t n = wire::SerializeHeaders(p, headers);
+  TxMeta meta{cfg_.local_conn_id, path.id, path.plane, path.port, cfg_.udp_port};
+  conn_.sink_.Transmit(meta, std::span<const std::byte>(headers.data(), n), {});
+  ++conn_.counters_.probes_sent;
+  path.next_probe_at = now + path.rtt.ProbeTimeout(cfg_.min_probe_timeout);
+}
+
+void Sender::ArmPto(Instant now, SenderPath& path) {
+  if (path.outstanding() == 0) {
+    path.pto_deadline = kNever;
+    return;
+  }
+  const uint32_t backoff = std::min<uint32_t>(path.timeouts_without_progress, 6);
+  path.pto_deadline = now + path.rtt.ProbeTimeout(cfg_.min_probe_timeout) * (1u << backoff);
+}
+
+void Sender::AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Packet& ack,
+                    AckTally& t) {
+  SentPacket& e = path.at(psn);
+  if (e.acked) return;
+  e.acked = true;
+  t.bytes += e.bytes;
+  ++t.packets;
+  path.inflight_bytes -= e.bytes;
+  inflight_bytes_ -= e.bytes;
+  ++path.stats.acked_packets;
+  // [R4] evidence of delivery: packets transmitted before this one have arrived or are lost.
+  // With several transmissions we cannot tell which copy arrived, so only the first counts.
+  const uint64_t order = e.transmissions > 1 ? e.first_tx_order : e.last_tx_order;
+  path.delivered_order = std::max(path.delivered_order, order);
+  // Karn: an RTT sample only from a packet sent once, acknowledged by the ACK it triggered.
+  if (e.transmissions == 1 && psn == ack.ack.ack_psn && !(ack.flags & wire::flags::kDelayedAck)) {
+    t.rtt_sample = now - e.sent_at;
+  }
+  MarkDataAcked(now, e.ref);
+}
+
+void Sender::MarkDataAcked(Instant /*now*/, PacketRef ref) {
+  OutboundMessage* m = Find(ref.msg_seq);
+  if (m == nullptr || m->done || m->IsAcked(ref.index)) return;
+  m->acked[ref.index / 64] |= uint64_t{1} << (ref.index % 64);
+  if (++m->acked_count == m->packets) CompleteMessage(*m, WcStatus::kSuccess);
+}
+
+void Sender::CompleteMessage(OutboundMessage& m, WcStatus status) {
+  if (m.done) return;
+  m.done = true;
+  m.status = status;
+  if (status == WcStatus::kSuccess) ++conn_.counters_.messages_completed;
+  if (!cfg_.ordered_completion &&
+      (status != WcStatus::kSuccess || (m.wr.flags & send_flags::kSignaled))) {
+    Completion c;
+    c.wr_id = m.wr.wr_id;
+    c.status = status;
+    c.opcode = m.wr.opcode == WrOpcode::kWrite || m.wr.opcode == WrOpcode::kWriteWithImm
+                   ? WcOpcode::kRdmaWrite
+                   : WcOpcode::kSend;
+    c.byte_len = m.wr.local.length;
+    c.conn_id = cfg_.local_conn_id;
+    conn_.EmitCompletion(c);
+  }
+}
+
+void Sender::RetireAndReport() {
+  while (!messages_.empty() && messages_.front().done) {
+    const OutboundMessage& m = messages_.front();
+    if (cfg_.ordered_completion &&
+        (m.status != WcStatus::kSuccess || (m.wr.flags & send_flags::kSignaled))) {
+      Completion c;
+      c.wr_id = m.wr.wr_id;
+      c.status = m.status;
+      c.opcode = m.wr.opcode == WrOpcode::kWrite || m.wr.opcode == WrOpcode::kWriteWithImm
+                     ? WcOpcode::kRdmaWrite
+                     : WcOpcode::kSend;
+      c.byte_len = m.wr.local.length;
+      c.conn_id = cfg_.local_conn_id;
+      conn_.EmitCompletion(c);
+    }
+    messages_.pop_front();
+    ++base_seq_;
+  }
+  if (SeqLess(segment_seq_, base_seq_)) segment_seq_ = base_seq_;
+}
+
+void Sender::OnAck(Instant now, const wire::Packet& ack) {
+  if (failed_) return;
+  SenderPath& path = paths_[ack.path_id];
+  ++conn_.counters_.acks_rcvd;
+  if (ack.ack.syndrome != wire::Syndrome::kAck) {
+    OnNak(now, path, ack);
+    RetireAndReport();
+    Pump(now);
+    return;
+  }
+  if ((ack.flags & wire::flags::kProbeReply) && path.state == PathState::kProbing &&
+      ack.ack.ack_psn == path.probe_psn) {
+    if (++path.probe_replies >= cfg_.probes_to_activate) {
+      path.next_probe_at = kNever;
+      path.probe_timeouts = 0;
+      SetState(now, path, PathState::kActive, PathEventReason::kProbeReply);
+    }
+  }
+  const uint32_t cum = ack.ack.cum_psn;
+  if (SeqLess(path.next_psn, cum)) return;  // acknowledges PSNs never sent: ignore
+  const uint32_t inflight_before = path.inflight_bytes;
+  AckTally t;
+  for (uint32_t psn = path.snd_una; SeqLess(psn, cum); ++psn) AckPsn(now, path, psn, ack, t);
+  const uint32_t hi = ack.ack.sack.HighestPlusOne();
+  for (uint32_t k = 0; k < hi; ++k) {
+    if (!ack.ack.sack.Test(k)) continue;
+    const uint32_t psn = cum + 1 + k;
+    if (SeqLessEq(path.snd_una, psn) && SeqLess(psn, path.next_psn)) {
+      AckPsn(now, path, psn, ack, t);
+    }
+  }
+  while (path.snd_una != path.next_psn && path.at(path.snd_una).acked) ++path.snd_una;
+
+  uint32_t ce_delta = 0;
+  if (path.ce_count_valid) ce_delta = ack.ack.ce_count - path.last_ce_count;
+  path.last_ce_count = ack.ack.ce_count;
+  path.ce_count_valid = true;
+  path.stats.ce_marks += ce_delta;
+  path.window_hint = ack.ack.window_hint;
+
+  if (t.packets > 0) {
+    last_progress_ = now;
+    path.timeouts_without_progress = 0;
+    if (path.state == PathState::kSuspect) {
+      SetState(now, path, PathState::kActive, PathEventReason::kProgress);
+    }
+    if (t.rtt_sample > Duration(0)) path.rtt.AddSample(t.rtt_sample);
+    path.congestion.OnAck(now, t.bytes, t.packets, ce_delta, t.rtt_sample, path.rtt.srtt(),
+                          path.rtt.min_rtt());
+    const double used = path.congestion.cwnd() == 0
+                            ? 0
+                            : std::min(1.0, double(inflight_before) / path.congestion.cwnd());
+    path.utilization = 0.9 * path.utilization + 0.1 * used;
+    ArmPto(now, path);
+    CheckDegraded(now, path);
+  }
+  if (cfg_.profile.recovery == RecoveryPolicy::kSelective) DetectLosses(now, path);
+  RetireAndReport();
+  Pump(now);
+}
+
+void Sender::DetectLosses(Instant now, SenderPath& path) {
+  // [R4] a PSN whose latest transmission precedes a transmission known to have arrived is lost:
+  // one path is one FIFO route, so it cannot be merely late. Retransmit it now, same path.
+  for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn) && !failed_; ++psn) {
+    SentPacket& e = path.at(psn);
+    if (e.acked || e.last_tx_order >= path.delivered_order || e.rnr_until > now) continue;
+    Retransmit(now, path, psn, Why::kGap);
+  }
+}
+
+void Sender::OnNak(Instant now, SenderPath& path, const wire::Packet& ack) {
+  last_progress_ = now;  // the responder is alive and talking
+  path.timeouts_without_progress = 0;
+  const uint32_t psn = ack.ack.ack_psn;
+  const bool outstanding = SeqLessEq(path.snd_una, psn) && SeqLess(psn, path.next_psn) &&
+                           !path.at(psn).acked;
+  switch (ack.ack.syndrome) {
+    case wire::Syndrome::kRnrNak: {
+      ++conn_.counters_.rcvd_rnr_err;
+      if (!outstanding) return;
+      SentPacket& e = path.at(psn);
+      OutboundMessage* m = Find(e.ref.msg_seq);
+      if (m == nullptr || m->done) return;
+      if (m->rnr_until <= now) {
+        // A new RNR episode for this message [M5]; 7 means retry forever, as in ibverbs.
+        if (cfg_.rnr_retry != 7 && ++m->rnr_episodes > cfg_.rnr_retry) {
+          conn_.Fail(now, WcStatus::kRnrRetryExcErr, m->msg_seq);
+          return;
+        }
+        const Duration delay = ack.ack.rnr_delay_us != 0
+                                   ? Duration(std::chrono::microseconds(ack.ack.rnr_delay_us))
+                                   : cfg_.rnr_delay;
+        m->rnr_until = now + delay;
+        rnr_resume_at_ = std::min(rnr_resume_at_, m->rnr_until);
+      }
+      e.rnr_until = m->rnr_until;
+      rnr_waits_.emplace_back(path.id, psn);
+      return;
+    }
+    case wire::Syndrome::kSequenceErrorNak: {
+      // [B1] go back to the PSN the responder expects; once per RTT for the same point.
+      const uint32_t expected = ack.ack.cum_psn;
+      if (SeqLess(path.next_psn, expected)) return;
+      AckTally t;
+      for (uint32_t p = path.snd_una; SeqLess(p, expected); ++p) AckPsn(now, path, p, ack, t);
+      while (path.snd_una != path.next_psn && path.at(path.snd_una).acked) ++path.snd_una;
+      if (t.packets > 0) ArmPto(now, path);
+      if (now - path.gbn_last_goback >= path.rtt.srtt() || t.packets > 0) {
+        path.gbn_resending = true;
+        path.gbn_resend = path.snd_una;
+        path.gbn_last_goback = now;
+      }
+      return;
+    }
+    case wire::Syndrome::kRemoteAccessNak:
+    case wire::Syndrome::kInvalidRequestNak:
+    case wire::Syndrome::kRemoteOperationalNak: {
+      if (!outstanding) return;
+      const WcStatus status = ack.ack.syndrome == wire::Syndrome::kRemoteAccessNak
+                                  ? WcStatus::kRemAccessErr
+                              : ack.ack.syndrome == wire::Syndrome::kInvalidRequestNak
+                                  ? WcStatus::kRemInvReqErr
+                                  : WcStatus::kRemOpErr;
+      conn_.Fail(now, status, path.at(psn).ref.msg_seq);
+      return;
+    }
+    case wire::Syndrome::kAck:
+      return;
+  }
+}
+
+void Sender::OnTimer(Instant now) {
+  if (failed_) return;
+  // A message paused by RNR resumes segmentation when its wait ends.
+  if (rnr_resume_at_ <= now) {
+    rnr_resume_at_ = kNever;
+    for (const OutboundMessage& m : messages_) {
+      if (m.rnr_until > now) rnr_resume_at_ = std::min(rnr_resume_at_, m.rnr_until);
+    }
+  }
+  // RNR retries that are due [M5].
+  for (size_t i = 0; i < rnr_waits_.size() && !failed_;) {
+    auto [pid, psn] = rnr_waits_[i];
+    SenderPath& path = paths_[pid];
+    const bool live = SeqLessEq(path.snd_una, psn) && SeqLess(psn, path.next_psn) &&
+                      !path.at(psn).acked && path.at(psn).rnr_until != Instant{0};
+    if (!live) {
+      rnr_waits_.erase(rnr_waits_.begin() + static_cast<ptrdiff_t>(i));
+      continue;
+    }
+    if (path.at(psn).rnr_until <= now) {
+      path.at(psn).rnr_until = Instant{0};
+      rnr_waits_.erase(rnr_waits_.begin() + static_cast<ptrdiff_t>(i));
+      Retransmit(now, path, psn, Why::kRnr);
+      continue;
+    }
+    ++i;
+  }
+  for (SenderPath& path : paths_) {
+    if (failed_) return;
+    if (path.rotate_at <= now) Rotate(now, path, path.rotate_reason);
+    if (path.state == PathState::kProbing && path.next_probe_at <= now) {
+      if (++path.probe_timeouts >= cfg_.fail_after_timeouts) {
+        path.probe_timeouts = 0;
+        Rotate(now, path, PathEventReason::kProbeTimeout);
+      }
+      if (path.state == PathState::kProbing) SendProbe(now, path);
+    }
+    if (path.pto_deadline <= now) OnPathTimeout(now, path);
+  }
+  if (failed_) return;
+  if (!messages_.empty() && now - last_progress_ >= cfg_.no_progress_timeout) {
+    ++conn_.counters_.retry_exceeded_err;
+    conn_.Fail(now, WcStatus::kRetryExcErr, base_seq_);
+    return;
+  }
+  RetireAndReport();
+  Pump(now);
+}
+
+void Sender::OnPathTimeout(Instant now, SenderPath& path) {
+  if (path.outstanding() == 0) {
+    path.pto_deadline = kNever;
+    return;
+  }
+  if (cfg_.profile.recovery == RecoveryPolicy::kGoBackN) {
+    path.gbn_resending = true;
+    path.gbn_resend = path.snd_una;
+    path.gbn_last_goback = now;
+  } else {
+    // [R5] tail loss probe: resend the highest outstanding PSN; its ACK exposes gaps below.
+    uint32_t probe = path.next_psn;
+    for (uint32_t psn = path.next_psn; psn != path.snd_una;) {
+      --psn;
+      const SentPacket& e = path.at(psn);
+      if (!e.acked && e.rnr_until <= now) {
+        probe = psn;
+        break;
+      }
+    }
+    if (probe == path.next_psn) {  // everything outstanding waits for the responder (RNR)
+      ArmPto(now, path);
+      return;
+    }
+    Retransmit(now, path, probe, Why::kTimeout);
+    if (failed_) return;
+  }
+  ++path.stats.timeouts;
+  ++path.timeouts_without_progress;
+  if (path.state == PathState::kActive) {
+    SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
+  }
+  const bool can_fail_over = cfg_.profile.spray == SprayPolicy::kAllPaths;
+  if (can_fail_over && path.timeouts_without_progress >= cfg_.fail_after_timeouts) {
+    FailPath(now, path, PathEventReason::kFailed);
+    return;
+  }
+  ArmPto(now, path);
+}
+
+void Sender::FailPath(Instant now, SenderPath& path, PathEventReason reason) {
+  SetState(now, path, PathState::kFailed, reason);
+  // [R5] move every unacknowledged packet to the other paths; abandon this PSN space.
+  for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn); ++psn) {
+    SentPacket& e = path.at(psn);
+    if (e.acked) continue;
+    e.acked = true;  // resolved: abandoned
+    inflight_bytes_ -= e.bytes;
+    const OutboundMessage* m = Find(e.ref.msg_seq);
+    if (m != nullptr && !m->done && !m->IsAcked(e.ref.index)) {
+      reroute_.push_back(e.ref);
+      ++conn_.counters_.rerouted_packets;
+    }
+  }
+  path.inflight_bytes = 0;
+  path.snd_una = path.next_psn;
+  path.pto_deadline = kNever;
+  path.timeouts_without_progress = 0;
+  Rotate(now, path, reason);
+}
+
+void Sender::Rotate(Instant now, SenderPath& path, PathEventReason reason) {
+  if (now - path.last_rotation < cfg_.rotation_holddown) {
+    path.rotate_at = path.last_rotation + cfg_.rotation_holddown;  // [R7] hold-down
+    path.rotate_reason = reason;
+    return;
+  }
+  path.rotate_at = kNever;
+  const uint16_t old_port = path.port;
+  const uint32_t span = uint32_t{cfg_.rotate_port_hi} - cfg_.rotate_port_lo + 1;
+  uint16_t port = old_port;
+  for (int attempt = 0; attempt < 32; ++attempt) {
+    const auto candidate =
+        static_cast<uint16_t>(cfg_.rotate_port_lo + SplitMix64(rng_state_) % span);
+    const bool taken = std::any_of(paths_.begin(), paths_.end(),
+                                   [&](const SenderPath& p) { return p.port == candidate; });
+    if (!taken) {
+      port = candidate;
+      break;
+    }
+  }
+  path.port = port;
+  path.last_rotation = now;
+  ++path.stats.rotations;
+  PathEvent ev;
+  ev.at = now;
+  ev.conn_id = cfg_.local_conn_id;
+  ev.path_id = path.id;
+  ev.kind = PathEvent::Kind::kPortRotated;
+  ev.from = ev.to = path.state;
+  ev.old_port = old_port;
+  ev.new_port = port;
+  ev.reason = reason;
+  conn_.EmitEvent(ev);
+  // A new route: forget what the old one taught us.
+  path.congestion.Reset();
+  path.rtt.Reset();
+  path.degraded_since = kNever;
+  path.probe_replies = 0;
+  path.probe_timeouts = 0;
+  SetState(now, path, PathState::kProbing, reason);
+  SendProbe(now, path);
+}
+
+void Sender::SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason) {
+  if (path.state == to) return;
+  PathEvent ev;
+  ev.at = now;
+  ev.conn_id = cfg_.local_conn_id;
+  ev.path_id = path.id;
+  ev.kind = PathEvent::Kind::kStateChange;
+  ev.from = path.state;
+  ev.to = to;
+  ev.old_port = ev.new_port = path.port;
+  ev.reason = reason;
+  path.state = to;
+  conn_.EmitEvent(ev);
+}
+
+void Sender::CheckDegraded(Instant now, SenderPath& path) {
+  if (cfg_.profile.spray != SprayPolicy::kAllPaths || path.state != PathState::kActive) return;
+  if (path.congestion.ecn_fraction() < cfg_.degraded_ecn_fraction) {
+    path.degraded_since = kNever;
+    return;
+  }
+  if (path.degraded_since == kNever) {
+    path.degraded_since = now;
+  } else if (now - path.degraded_since >= cfg_.degraded_hold) {
+    Rotate(now, path, PathEventReason::kPersistentCongestion);
+  }
+}
+
+absl::Status Sender::RequestRotation(Instant now, uint16_t path_id) {
+  if (path_id >= paths_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("path ", path_id, " does not exist (", paths_.size(), " paths)"));
+  }
+  if (cfg_.profile.spray != SprayPolicy::kAllPaths) {
+    return absl::FailedPreconditionError("single-path transports do not rotate ports");
+  }
+  Rotate(now, paths_[path_id], PathEventReason::kManual);
+  return absl::OkStatus();
+}
+
+void Sender::Flush(uint32_t culprit_seq, WcStatus status) {
+  failed_ = true;
+  for (OutboundMessage& m : messages_) {
+    CompleteMessage(m, m.msg_seq == culprit_seq ? status : WcStatus::kWrFlushErr);
+  }
+  RetireAndReport();
+  reroute_.clear();
+  rnr_waits_.clear();
+  for (SenderPath& p : paths_) {
+    p.pto_deadline = p.next_probe_at = p.rotate_at = kNever;
+  }
+  rnr_resume_at_ = kNever;
+}
+
+Instant Sender::NextDeadline() const {
+  if (failed_) return kNever;
+  Instant t = kNever;
+  for (const SenderPath& p : paths_) {
+    t = std::min({t, p.pto_deadline, p.rotate_at});
+    if (p.state == PathState::kProbing) t = std::min(t, p.next_probe_at);
+  }
+  for (const auto& [pid, psn] : rnr_waits_) {
+    const SentPacket& e = paths_[pid].ring[psn % wire::kSackBits];
+    if (e.rnr_until != Instant{0}) t = std::min(t, e.rnr_until);
+  }
+  if (!messages_.empty()) t = std::min(t, last_progress_ + cfg_.no_progress_timeout);
+  return std::min(t, rnr_resume_at_);
+}
+
+PathStats Sender::Stats(uint16_t path_id) const {
+  const SenderPath& p = paths_[path_id];
+  PathStats s = p.stats;
+  s.path_id = p.id;
+  s.src_port = p.port;
+  s.plane = p.plane;
+  s.state = p.state;
+  s.srtt = p.rtt.srtt();
+  s.rttvar = p.rtt.rttvar();
+  s.min_rtt = p.rtt.min_rtt();
+  s.cwnd_bytes = p.congestion.cwnd();
+  s.inflight_bytes = p.inflight_bytes;
+  s.window_hint_bytes = p.window_hint;
+  s.ecn_fraction = p.congestion.ecn_fraction();
+  s.utilization = p.utilization;
+  return s;
+}
+
+}  // namespace metaroce::core

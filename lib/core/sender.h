@@ -1,0 +1,168 @@
+// The requester half of a connection (internal to Connection): outbound messages, their
+// segmentation and spraying over paths, per-path loss recovery, congestion windows, path health
+// and source-port rotation. docs/spec/paths-and-recovery.md is the normative description; comments
+// below cite its rules as [R#].
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "lib/core/config.h"
+#include "lib/core/path_congestion.h"
+#include "lib/core/path_state.h"
+#include "lib/core/rtt_estimator.h"
+#include "lib/core/types.h"
+#include "lib/wire/packet.h"
+
+namespace metaroce::core {
+
+class Connection;
+
+// Data identity of one packet: which message, which MTU-sized piece of it.
+struct PacketRef {
+  uint32_t msg_seq = 0;
+  uint32_t index = 0;
+};
+
+// One send work request while it is outstanding.
+struct OutboundMessage {
+  SendWorkRequest wr;
+  const std::byte* src = nullptr;  // resolved local buffer
+  uint32_t msg_seq = 0;
+  uint32_t recv_seq = 0;          // meaningful when the opcode consumes a receive
+  uint32_t packets = 0;           // number of MTU-sized packets (>= 1)
+  uint32_t next_to_send = 0;      // segmentation cursor: first packet never sent
+  uint32_t acked_count = 0;
+  std::vector<uint64_t> acked;    // bit per packet
+  std::vector<uint8_t> transmissions;  // per packet, saturating
+  uint32_t rnr_episodes = 0;
+  Instant rnr_until{0};
+  bool done = false;
+  WcStatus status = WcStatus::kSuccess;
+
+  bool IsAcked(uint32_t i) const { return (acked[i / 64] >> (i % 64)) & 1u; }
+};
+
+// A PSN outstanding on a path.
+struct SentPacket {
+  PacketRef ref;
+  uint64_t first_tx_order = 0;  // path-local transmission counter at first / latest transmission
+  uint64_t last_tx_order = 0;
+  Instant sent_at{0};
+  uint32_t bytes = 0;
+  uint8_t transmissions = 0;
+  bool acked = false;
+  Instant rnr_until{0};  // after an RNR NAK: do not retransmit before this
+};
+
+// The requester's view of one logical path.
+struct SenderPath {
+  SenderPath(uint16_t id, const CongestionParams& cc, Duration initial_rtt)
+      : id(id), rtt(initial_rtt), congestion(cc) {}
+
+  uint16_t id;
+  uint16_t port = 0;
+  uint8_t plane = 0;
+  PathState state = PathState::kActive;
+  uint32_t snd_una = 0;   // lowest PSN neither acknowledged nor abandoned
+  uint32_t next_psn = 0;  // next PSN to assign
+  std::array<SentPacket, wire::kSackBits> ring;  // PSNs [snd_una, next_psn), indexed psn % 256
+  uint64_t tx_order = 0;                 // transmissions made on this path
+  uint64_t delivered_order = 0;          // highest transmission known to have arrived [R4]
+  uint32_t inflight_bytes = 0;
+  uint32_t last_ce_count = 0;
+  bool ce_count_valid = false;
+  uint32_t window_hint = 0;
+  RttEstimator rtt;
+  PathCongestion congestion;
+  // Tail loss / health [R5].
+  Instant pto_deadline = kNever;
+  uint32_t timeouts_without_progress = 0;
+  // Rotation and probing [R7].
+  Instant last_rotation{INT64_MIN / 2};
+  Instant rotate_at = kNever;  // a rotation is pending (hold-down)
+  PathEventReason rotate_reason = PathEventReason::kFailed;
+  Instant next_probe_at = kNever;
+  uint32_t probe_psn = 0;
+  uint32_t probe_replies = 0;
+  uint32_t probe_timeouts = 0;
+  Instant degraded_since = kNever;
+  // Go-back-N: resend everything in [gbn_resend, next_psn) before new data.
+  bool gbn_resending = false;
+  uint32_t gbn_resend = 0;
+  Instant gbn_last_goback{INT64_MIN / 2};
+  double utilization = 0;
+  PathStats stats;
+
+  SentPacket& at(uint32_t psn) { return ring[psn % wire::kSackBits]; }
+  uint32_t outstanding() const { return next_psn - snd_una; }
+};
+
+class Sender {
+ public:
+  Sender(Connection& conn);
+
+  absl::Status Post(Instant now, const SendWorkRequest& wr);
+  void OnAck(Instant now, const wire::Packet& ack);
+  void OnTimer(Instant now);
+  Instant NextDeadline() const;
+  // Sends whatever windows allow.
+  void Pump(Instant now);
+  absl::Status RequestRotation(Instant now, uint16_t path_id);
+  // Completes every outstanding message: `culprit` gets `status`, the others WR_FLUSH_ERR.
+  void Flush(uint32_t culprit_seq, WcStatus status);
+
+  PathStats Stats(uint16_t path_id) const;
+  size_t outstanding() const { return messages_.size(); }
+
+ private:
+  OutboundMessage* Find(uint32_t msg_seq);
+  bool NextPacket(Instant now, PacketRef* out);
+  SenderPath* PickPath(uint32_t bytes);
+  uint32_t PacketBytes(const OutboundMessage& m, uint32_t index) const;
+  void SendNew(Instant now, SenderPath& path, PacketRef ref);
+  enum class Why : uint8_t { kGap, kTimeout, kGoBackN, kRnr };
+  void Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why);
+  // Returns false when the connection failed (retry limit) and nothing was sent.
+  bool Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission);
+  void SendProbe(Instant now, SenderPath& path);
+  struct AckTally {
+    uint32_t bytes = 0, packets = 0;
+    Duration rtt_sample{0};
+  };
+  void AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Packet& ack, AckTally& t);
+  void MarkDataAcked(Instant now, PacketRef ref);
+  void CompleteMessage(OutboundMessage& m, WcStatus status);
+  void RetireAndReport();
+  void DetectLosses(Instant now, SenderPath& path);
+  void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);
+  void OnPathTimeout(Instant now, SenderPath& path);
+  void FailPath(Instant now, SenderPath& path, PathEventReason reason);
+  void Rotate(Instant now, SenderPath& path, PathEventReason reason);
+  void SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason);
+  void ArmPto(Instant now, SenderPath& path);
+  void CheckDegraded(Instant now, SenderPath& path);
+  bool Usable(const SenderPath& path) const;
+
+  Connection& conn_;
+  const ConnectionConfig& cfg_;
+  std::vector<SenderPath> paths_;
+  std::deque<OutboundMessage> messages_;  // msg_seq base_seq_ .. base_seq_+size-1
+  uint32_t base_seq_ = 0;                 // msg_seq of messages_.front()
+  uint32_t next_msg_seq_ = 0;
+  uint32_t next_recv_seq_ = 0;
+  uint32_t segment_seq_ = 0;              // message being segmented
+  std::deque<PacketRef> reroute_;         // data moved off failed paths [R5]
+  std::deque<std::pair<uint16_t, uint32_t>> rnr_waits_;  // (path, psn) retried at rnr_until
+  uint16_t rr_cursor_ = 0;
+  uint64_t inflight_bytes_ = 0;
+  uint64_t rng_state_;
+  Instant last_progress_{0};
+  Instant rnr_resume_at_ = kNever;  // earliest end of an RNR pause of some message
+  bool failed_ = false;
+};
+
+}  // namespace metaroce::core

@@ -1,0 +1,195 @@
+#include "lib/wire/packet.h"
+
+#include <cstring>
+
+namespace metaroce::wire {
+
+std::string_view OpcodeName(Opcode op) {
+  switch (op) {
+    case Opcode::kWrite: return "WRITE";
+    case Opcode::kWriteImm: return "WRITE_IMM";
+    case Opcode::kSend: return "SEND";
+    case Opcode::kSendImm: return "SEND_IMM";
+    case Opcode::kAck: return "ACK";
+    case Opcode::kProbe: return "PROBE";
+  }
+  return "UNKNOWN";
+}
+
+std::string_view SyndromeName(Syndrome s) {
+  switch (s) {
+    case Syndrome::kAck: return "ACK";
+    case Syndrome::kRnrNak: return "RNR_NAK";
+    case Syndrome::kSequenceErrorNak: return "SEQ_ERR_NAK";
+    case Syndrome::kRemoteAccessNak: return "REM_ACCESS_NAK";
+    case Syndrome::kInvalidRequestNak: return "INV_REQ_NAK";
+    case Syndrome::kRemoteOperationalNak: return "REM_OP_NAK";
+  }
+  return "UNKNOWN";
+}
+
+std::string_view ParseErrorName(ParseError e) {
+  switch (e) {
+    case ParseError::kNone: return "none";
+    case ParseError::kTruncated: return "truncated";
+    case ParseError::kBadVersion: return "bad_version";
+    case ParseError::kBadOpcode: return "bad_opcode";
+    case ParseError::kLengthMismatch: return "length_mismatch";
+    case ParseError::kBadRange: return "bad_range";
+    case ParseError::kBadSyndrome: return "bad_syndrome";
+    case ParseError::kCount: break;
+  }
+  return "unknown";
+}
+
+void SackBitmap::ShiftDown(uint32_t n) {
+  if (n >= kSackBits) {
+    Clear();
+    return;
+  }
+  const uint32_t word_shift = n / 64, bit_shift = n % 64;
+  for (uint32_t i = 0; i < 4; ++i) {
+    const uint32_t src = i + word_shift;
+    uint64_t lo = src < 4 ? words_[src] : 0;
+    uint64_t hi = src + 1 < 4 ? words_[src + 1] : 0;
+    words_[i] = bit_shift == 0 ? lo : (lo >> bit_shift) | (hi << (64 - bit_shift));
+  }
+}
+
+uint32_t SackBitmap::HighestPlusOne() const {
+  for (int i = 3; i >= 0; --i) {
+    if (words_[i] != 0) return static_cast<uint32_t>(i * 64 + 64 - __builtin_clzll(words_[i]));
+  }
+  return 0;
+}
+
+void SackBitmap::ToWire(uint8_t out[32]) const {
+  for (uint32_t i = 0; i < 32; ++i) out[i] = static_cast<uint8_t>(words_[i / 8] >> (8 * (i % 8)));
+}
+
+SackBitmap SackBitmap::FromWire(const uint8_t in[32]) {
+  SackBitmap b;
+  for (uint32_t i = 0; i < 32; ++i) b.words_[i / 8] |= uint64_t{in[i]} << (8 * (i % 8));
+  return b;
+}
+
+size_t HeadersSize(Opcode op) {
+  if (IsData(op)) return kDataHeadersSize;
+  if (op == Opcode::kAck) return kAckPacketSize;
+  return kProbePacketSize;
+}
+
+namespace {
+
+bool KnownOpcode(uint8_t op) {
+  switch (static_cast<Opcode>(op)) {
+    case Opcode::kWrite:
+    case Opcode::kWriteImm:
+    case Opcode::kSend:
+    case Opcode::kSendImm:
+    case Opcode::kAck:
+    case Opcode::kProbe:
+      return true;
+  }
+  return false;
+}
+
+ParseResult Fail(ParseError e) {
+  ParseResult r;
+  r.error = e;
+  return r;
+}
+
+}  // namespace
+
+ParseResult Parse(std::span<const std::byte> datagram) {
+  if (datagram.size() < sizeof(BaseHeader)) return Fail(ParseError::kTruncated);
+  BaseHeader base;
+  std::memcpy(&base, datagram.data(), sizeof base);
+  if (base.version != kVersion) return Fail(ParseError::kBadVersion);
+  if (!KnownOpcode(base.opcode)) return Fail(ParseError::kBadOpcode);
+
+  ParseResult r;
+  Packet& p = r.packet;
+  p.version = base.version;
+  p.opcode = static_cast<Opcode>(base.opcode);
+  p.flags = base.flags.value();
+  p.dest_conn = base.dest_conn.value();
+  p.path_id = base.path_id.value();
+  p.psn = base.psn.value();
+  p.token = base.token.value();
+  const size_t payload_len = base.payload_len.value();
+  const size_t headers = HeadersSize(p.opcode);
+  if (datagram.size() < headers) return Fail(ParseError::kTruncated);
+  if (datagram.size() - headers != payload_len) return Fail(ParseError::kLengthMismatch);
+  if (!IsData(p.opcode) && payload_len != 0) return Fail(ParseError::kLengthMismatch);
+
+  if (IsData(p.opcode)) {
+    DataHeader d;
+    std::memcpy(&d, datagram.data() + sizeof(BaseHeader), sizeof d);
+    p.data.msg_seq = d.msg_seq.value();
+    p.data.msg_len = d.msg_len.value();
+    p.data.offset = d.offset.value();
+    p.data.rkey = d.rkey.value();
+    p.data.remote_addr = d.remote_addr.value();
+    p.data.recv_seq = d.recv_seq.value();
+    p.data.imm = d.imm.value();
+    if (uint64_t{p.data.offset} + payload_len > p.data.msg_len) return Fail(ParseError::kBadRange);
+    p.payload = datagram.subspan(headers, payload_len);
+  } else if (p.opcode == Opcode::kAck) {
+    AckHeader a;
+    std::memcpy(&a, datagram.data() + sizeof(BaseHeader), sizeof a);
+    if (a.syndrome > static_cast<uint8_t>(Syndrome::kRemoteOperationalNak)) {
+      return Fail(ParseError::kBadSyndrome);
+    }
+    p.ack.cum_psn = a.cum_psn.value();
+    p.ack.ack_psn = a.ack_psn.value();
+    p.ack.ce_count = a.ce_count.value();
+    p.ack.window_hint = a.window_hint.value();
+    p.ack.syndrome = static_cast<Syndrome>(a.syndrome);
+    p.ack.rnr_delay_us = a.rnr_delay_us.value();
+    p.ack.msg_seq = a.msg_seq.value();
+    p.ack.sack = SackBitmap::FromWire(a.sack);
+  }
+  return r;
+}
+
+size_t SerializeHeaders(const Packet& p, std::span<std::byte> out) {
+  const size_t headers = HeadersSize(p.opcode);
+  if (out.size() < headers || p.payload.size() > 0xffff) return 0;
+  BaseHeader base{};
+  base.version = p.version;
+  base.opcode = static_cast<uint8_t>(p.opcode);
+  base.flags = Be16::FromHost(p.flags);
+  base.dest_conn = Be32::FromHost(p.dest_conn);
+  base.path_id = Be16::FromHost(p.path_id);
+  base.payload_len = Be16::FromHost(IsData(p.opcode) ? static_cast<uint16_t>(p.payload.size()) : 0);
+  base.psn = Be32::FromHost(p.psn);
+  base.token = Be64::FromHost(p.token);
+  std::memcpy(out.data(), &base, sizeof base);
+  if (IsData(p.opcode)) {
+    DataHeader d{};
+    d.msg_seq = Be32::FromHost(p.data.msg_seq);
+    d.msg_len = Be32::FromHost(p.data.msg_len);
+    d.offset = Be32::FromHost(p.data.offset);
+    d.rkey = Be32::FromHost(p.data.rkey);
+    d.remote_addr = Be64::FromHost(p.data.remote_addr);
+    d.recv_seq = Be32::FromHost(p.data.recv_seq);
+    d.imm = Be32::FromHost(p.data.imm);
+    std::memcpy(out.data() + sizeof base, &d, sizeof d);
+  } else if (p.opcode == Opcode::kAck) {
+    AckHeader a{};
+    a.cum_psn = Be32::FromHost(p.ack.cum_psn);
+    a.ack_psn = Be32::FromHost(p.ack.ack_psn);
+    a.ce_count = Be32::FromHost(p.ack.ce_count);
+    a.window_hint = Be32::FromHost(p.ack.window_hint);
+    a.syndrome = static_cast<uint8_t>(p.ack.syndrome);
+    a.rnr_delay_us = Be16::FromHost(p.ack.rnr_delay_us);
+    a.msg_seq = Be32::FromHost(p.ack.msg_seq);
+    p.ack.sack.ToWire(a.sack);
+    std::memcpy(out.data() + sizeof base, &a, sizeof a);
+  }
+  return headers;
+}
+
+}  // namespace metaroce::wire
