@@ -1,6 +1,6 @@
 // Configuration of a connection: identity, paths, transport profile, and the tunables of loss
 // recovery, congestion control and path health. Defaults are the documented protocol defaults
-// (docs/spec/rules.md); Validate() refuses inconsistent settings with a reason.
+// (docs/spec/README.md, parameters); Validate() refuses inconsistent settings with a reason.
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 // flags. Addresses are plain virtual addresses (as with ibv_reg_mr): a Write packet names the
 // address of its first byte and the rkey of the region that must contain it. Every access the core
 // makes goes through Resolve*(), which checks key, bounds and access for the exact byte range and
-// refuses anything else (docs/spec/memory.md).
+// refuses anything else (docs/spec/messages-and-memory.md).
 //
 // Thread-safety: none; owned by one endpoint and used from its thread only.
 #pragma once

@@ -1,4 +1,4 @@
-// Path health states and the observable events of a connection's paths (docs/spec/paths.md).
+// Path health states and the observable events of a connection's paths (docs/spec/paths-and-recovery.md).
 #pragma once
 
 #include <cstdint>

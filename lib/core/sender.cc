@@ -94,6 +94,8 @@ absl::Status Sender::Post(Instant now, const SendWorkRequest& wr) {
   m.src = src;
   m.msg_seq = next_msg_seq_++;
   if (ConsumesReceive(wr.opcode)) m.recv_seq = next_recv_seq_++;
+  m.stream_offset = next_stream_offset_;
+  next_stream_offset_ += wr.local.length;
   m.packets = std::max<uint32_t>(1, (wr.local.length + cfg_.mtu - 1) / cfg_.mtu);
   m.acked.assign((m.packets + 63) / 64, 0);
   m.transmissions.assign(m.packets, 0);
@@ -132,6 +134,24 @@ bool Sender::NextPacket(Instant now, PacketRef* out) {
   }
 }
 
+bool Sender::WithinReorderWindow(uint64_t end) const {
+  // Everything before the first unacknowledged byte has been placed or buffered, and the
+  // responder's in-order point is at or after it; so a packet ending within buffer capacity of
+  // that byte always finds room (a receive window, as every reorder-buffer transport has).
+  for (const OutboundMessage& m : messages_) {
+    if (m.done) continue;
+    for (uint32_t w = 0; w < m.acked.size(); ++w) {
+      const uint64_t missing = ~m.acked[w];
+      if (missing == 0) continue;
+      const uint32_t index = w * 64 + static_cast<uint32_t>(__builtin_ctzll(missing));
+      if (index >= m.packets) break;
+      const uint64_t first_unacked = m.stream_offset + uint64_t{index} * cfg_.mtu;
+      return end - first_unacked <= cfg_.profile.reorder_buffer_bytes;
+    }
+  }
+  return true;
+}
+
 SenderPath* Sender::PickPath(uint32_t bytes) {
   if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
     return nullptr;
@@ -164,6 +184,10 @@ void Sender::Pump(Instant now) {
   while (!failed_ && NextPacket(now, &ref)) {
     OutboundMessage* m = Find(ref.msg_seq);
     const uint32_t bytes = PacketBytes(*m, ref.index);
+    if (cfg_.profile.placement == PlacementPolicy::kReorderBuffer &&
+        !WithinReorderWindow(m->stream_offset + uint64_t{ref.index} * cfg_.mtu + bytes)) {
+      return;
+    }
     SenderPath* path = PickPath(bytes);
     if (path == nullptr) return;
     if (!reroute_.empty() && reroute_.front().msg_seq == ref.msg_seq &&
@@ -184,15 +208,18 @@ void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref) {
   e.bytes = PacketBytes(*Find(ref.msg_seq), ref.index);
   path.inflight_bytes += e.bytes;
   inflight_bytes_ += e.bytes;
-  if (!Transmit(now, path, psn, false)) return;
+  if (!Transmit(now, path, psn, false, true)) return;
   if (path.pto_deadline == kNever) ArmPto(now, path);
 }
 
-bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission) {
+bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission,
+                      bool counts_as_retry) {
   SentPacket& e = path.at(psn);
   OutboundMessage* m = Find(e.ref.msg_seq);
   const bool filler = m == nullptr || m->done || m->IsAcked(e.ref.index);
-  if (!filler) {
+  if (!counts_as_retry) {
+    // A retry the responder asked for (RNR) is limited by rnr_retry, not max_transmissions.
+  } else if (!filler) {
     uint8_t& n = m->transmissions[e.ref.index];
     if (n >= cfg_.max_transmissions) {
       ++conn_.counters_.retry_exceeded_err;
@@ -258,7 +285,10 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
 }
 
 void Sender::Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why) {
-  if (!Transmit(now, path, psn, true)) return;
+  // Go-back-N resends everything after a gap by design, so one unlucky packet would exhaust its
+  // budget under heavy loss; like ibverbs, only the connection-level retry limit applies there.
+  const bool counts = why != Why::kRnr && why != Why::kGoBackN;
+  if (!Transmit(now, path, psn, true, counts)) return;
   ++path.stats.retransmits;
   ++conn_.counters_.retransmits;
   if (why == Why::kGap) ++conn_.counters_.gap_retransmits;

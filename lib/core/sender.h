@@ -33,6 +33,7 @@ struct OutboundMessage {
   const std::byte* src = nullptr;  // resolved local buffer
   uint32_t msg_seq = 0;
   uint32_t recv_seq = 0;          // meaningful when the opcode consumes a receive
+  uint64_t stream_offset = 0;     // position of its first byte in the connection's byte stream
   uint32_t packets = 0;           // number of MTU-sized packets (>= 1)
   uint32_t next_to_send = 0;      // segmentation cursor: first packet never sent
   uint32_t acked_count = 0;
@@ -121,13 +122,17 @@ class Sender {
  private:
   OutboundMessage* Find(uint32_t msg_seq);
   bool NextPacket(Instant now, PacketRef* out);
+  // Reorder-buffer baseline [B2]: may a packet ending at stream position `end` be sent without
+  // overrunning the responder's buffer?
+  bool WithinReorderWindow(uint64_t end) const;
   SenderPath* PickPath(uint32_t bytes);
   uint32_t PacketBytes(const OutboundMessage& m, uint32_t index) const;
   void SendNew(Instant now, SenderPath& path, PacketRef ref);
   enum class Why : uint8_t { kGap, kTimeout, kGoBackN, kRnr };
   void Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why);
   // Returns false when the connection failed (retry limit) and nothing was sent.
-  bool Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission);
+  bool Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission,
+                bool counts_as_retry);
   void SendProbe(Instant now, SenderPath& path);
   struct AckTally {
     uint32_t bytes = 0, packets = 0;
@@ -154,6 +159,7 @@ class Sender {
   uint32_t base_seq_ = 0;                 // msg_seq of messages_.front()
   uint32_t next_msg_seq_ = 0;
   uint32_t next_recv_seq_ = 0;
+  uint64_t next_stream_offset_ = 0;
   uint32_t segment_seq_ = 0;              // message being segmented
   std::deque<PacketRef> reroute_;         // data moved off failed paths [R5]
   std::deque<std::pair<uint16_t, uint32_t>> rnr_waits_;  // (path, psn) retried at rnr_until

@@ -21,7 +21,7 @@ struct Instant {
 };
 inline constexpr Instant kNever{INT64_MAX};
 
-// ibv_wc_status: same names and numbers as ibverbs (docs/spec/completions.md).
+// ibv_wc_status: same names and numbers as ibverbs (docs/spec/messages-and-memory.md).
 enum class WcStatus : uint8_t {
   kSuccess = 0,
   kLocLenErr = 1,
