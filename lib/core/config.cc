@@ -19,6 +19,9 @@ absl::Status ConnectionConfig::Validate() const {
                "] must hold more ports than paths");
   }
   if (udp_port == 0) return bad("udp_port must not be 0");
+  for (uint16_t i = 0; i < path_count; ++i) {
+    if (InitialPort(i) == udp_port) return bad("path ", i, " would use udp_port as source port");
+  }
   if (mtu < 64 || mtu > 65535 - wire::kDataHeadersSize) {
     return bad("mtu must be 64..", 65535 - wire::kDataHeadersSize, " payload bytes, got ", mtu);
   }

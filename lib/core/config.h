@@ -70,6 +70,8 @@ struct ConnectionConfig {
 
   TransportProfile profile;
   uint32_t mtu = 4096;  // payload bytes per data packet
+  // Completions in posting order (requester) and receive order (responder). The reorder-buffer
+  // profile always completes requests in order (docs/spec/baselines.md [B2]).
   bool ordered_completion = false;
   uint32_t max_send_queue = 1024;  // outstanding send work requests
   uint32_t max_recv_queue = 1024;  // posted receives not yet completed

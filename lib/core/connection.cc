@@ -66,7 +66,7 @@ void Connection::Fail(Instant /*now*/, WcStatus status, std::optional<uint32_t> 
   state_ = State::kError;
   error_status_ = status;
   // The culprit gets the real status; if none is named, the oldest request carries it.
-  sender_->Flush(culprit.value_or(UINT32_MAX), status);
+  sender_->Flush(culprit, status);
   receiver_->Flush();
 }
 

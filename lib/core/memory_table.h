@@ -35,6 +35,8 @@ class MemoryTable {
   // Registers [base, base+length) with the given access; keys are assigned by the table and are
   // never reused while the table lives. Fails on a null or empty range or unknown access bits.
   absl::StatusOr<MemoryRegion> Register(void* base, uint64_t length, uint32_t access);
+  // The caller must not deregister a region while a posted request or receive still uses it
+  // (as with ibv_dereg_mr): the core keeps resolved pointers for outstanding work.
   absl::Status Deregister(uint32_t lkey);
 
   // For a local gather/scatter list element. `need_write`: the core will write (receive buffers).

@@ -34,8 +34,12 @@ void PathCongestion::OnAck(Instant now, uint32_t acked_bytes, uint32_t acked_pac
       cut = true;
     }
   }
-  if (!cut && ce_packets == 0 && acked_bytes > 0) {
-    cwnd_ += static_cast<double>(p_.mtu) * acked_bytes / cwnd_;
+  if (cut || ce_packets > 0) {
+    slow_start_ = false;  // the first signal ends slow start, as in TCP
+  } else if (acked_bytes > 0) {
+    // Slow start doubles per RTT so a new path reaches its share quickly; afterwards one MTU
+    // per RTT.
+    cwnd_ += slow_start_ ? acked_bytes : static_cast<double>(p_.mtu) * acked_bytes / cwnd_;
   }
   Clamp();
 }
@@ -43,6 +47,7 @@ void PathCongestion::OnAck(Instant now, uint32_t acked_bytes, uint32_t acked_pac
 void PathCongestion::Reset() {
   cwnd_ = p_.initial_cwnd;
   alpha_ = 0;
+  slow_start_ = true;
   window_acked_ = window_ce_ = 0;
   window_end_ = Instant{0};
   last_delay_cut_ = Instant{INT64_MIN / 2};

@@ -1,4 +1,5 @@
-// Per-path congestion window: ECN (DCTCP) and delay (Swift-like) signals, additive increase.
+// Per-path congestion window: ECN (DCTCP) and delay (Swift-like) signals; slow start until the
+// first signal, additive increase after it.
 //
 // Loss is deliberately not an input: on a lossy fabric a drop says nothing about queues, and path
 // failure is handled by path health, not by the window (docs/spec/congestion.md).
@@ -34,6 +35,8 @@ class PathCongestion {
   uint32_t cwnd() const { return cwnd_; }
   // DCTCP's alpha: smoothed fraction of CE-marked packets.
   double ecn_fraction() const { return alpha_; }
+  // True until the first congestion signal: the window grows by the bytes acknowledged.
+  bool in_slow_start() const { return slow_start_; }
 
  private:
   void Clamp();
@@ -41,6 +44,7 @@ class PathCongestion {
   CongestionParams p_;
   double cwnd_;
   double alpha_ = 0;
+  bool slow_start_ = true;
   // DCTCP observation window.
   Instant window_end_{0};
   uint64_t window_acked_ = 0, window_ce_ = 0;

@@ -103,6 +103,12 @@ absl::Status Sender::Post(Instant now, const SendWorkRequest& wr) {
   return absl::OkStatus();
 }
 
+bool Sender::OrderedCompletion() const {
+  // [B2] a reorder buffer acknowledges data it holds but has not placed; only in order is an
+  // acknowledged message known to be placed (every byte before it has arrived, so it was drained).
+  return cfg_.ordered_completion || cfg_.profile.placement == PlacementPolicy::kReorderBuffer;
+}
+
 bool Sender::Usable(const SenderPath& p) const { return p.state == PathState::kActive; }
 
 bool Sender::NextPacket(Instant now, PacketRef* out) {
@@ -152,6 +158,12 @@ bool Sender::WithinReorderWindow(uint64_t end) const {
   return true;
 }
 
+uint32_t Sender::Window(const SenderPath& p) const {
+  // The receiver's fair-share hint caps the congestion window, never below one packet.
+  const uint32_t cwnd = p.congestion.cwnd();
+  return p.window_hint == 0 ? cwnd : std::min(cwnd, std::max(p.window_hint, cfg_.mtu));
+}
+
 SenderPath* Sender::PickPath(uint32_t bytes) {
   if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
     return nullptr;
@@ -161,9 +173,7 @@ SenderPath* Sender::PickPath(uint32_t bytes) {
     const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + i) % n);
     SenderPath& p = paths_[idx];
     if (!Usable(p) || p.gbn_resending || p.outstanding() >= wire::kSackBits) continue;
-    uint32_t window = p.congestion.cwnd();
-    if (p.window_hint != 0) window = std::min(window, std::max(p.window_hint, cfg_.mtu));
-    if (p.inflight_bytes > 0 && p.inflight_bytes + bytes > window) continue;
+    if (p.inflight_bytes > 0 && p.inflight_bytes + bytes > Window(p)) continue;
     rr_cursor_ = static_cast<uint16_t>((idx + 1) % n);
     return &p;
   }
@@ -190,17 +200,18 @@ void Sender::Pump(Instant now) {
     }
     SenderPath* path = PickPath(bytes);
     if (path == nullptr) return;
-    if (!reroute_.empty() && reroute_.front().msg_seq == ref.msg_seq &&
-        reroute_.front().index == ref.index) {
+    const bool rerouted = !reroute_.empty() && reroute_.front().msg_seq == ref.msg_seq &&
+                          reroute_.front().index == ref.index;
+    if (rerouted) {
       reroute_.pop_front();
     } else {
       ++m->next_to_send;
     }
-    SendNew(now, *path, ref);
+    SendNew(now, *path, ref, rerouted);
   }
 }
 
-void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref) {
+void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, bool rerouted) {
   const uint32_t psn = path.next_psn++;
   SentPacket& e = path.at(psn);
   e = SentPacket{};
@@ -208,7 +219,11 @@ void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref) {
   e.bytes = PacketBytes(*Find(ref.msg_seq), ref.index);
   path.inflight_bytes += e.bytes;
   inflight_bytes_ += e.bytes;
-  if (!Transmit(now, path, psn, false, true)) return;
+  if (!Transmit(now, path, psn, rerouted, true)) return;
+  if (rerouted) {
+    ++path.stats.retransmits;
+    ++conn_.counters_.retransmits;
+  }
   if (path.pto_deadline == kNever) ArmPto(now, path);
 }
 
@@ -263,7 +278,7 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
     if (e.bytes > 0) payload = std::span<const std::byte>(m->src + p.data.offset, e.bytes);
     // [R3] ask for an ACK at once on a message's last packet and when the window is full.
     const bool last = e.ref.index + 1 == m->packets;
-    const bool window_full = path.inflight_bytes + cfg_.mtu > path.congestion.cwnd();
+    const bool window_full = path.inflight_bytes + cfg_.mtu > Window(path);
     if (last || window_full || retransmission) p.flags |= wire::flags::kAckRequest;
   }
   if (retransmission) p.flags |= wire::flags::kRetransmit;
@@ -353,7 +368,7 @@ void Sender::CompleteMessage(OutboundMessage& m, WcStatus status) {
   m.done = true;
   m.status = status;
   if (status == WcStatus::kSuccess) ++conn_.counters_.messages_completed;
-  if (!cfg_.ordered_completion &&
+  if (!OrderedCompletion() &&
       (status != WcStatus::kSuccess || (m.wr.flags & send_flags::kSignaled))) {
     Completion c;
     c.wr_id = m.wr.wr_id;
@@ -370,7 +385,7 @@ void Sender::CompleteMessage(OutboundMessage& m, WcStatus status) {
 void Sender::RetireAndReport() {
   while (!messages_.empty() && messages_.front().done) {
     const OutboundMessage& m = messages_.front();
-    if (cfg_.ordered_completion &&
+    if (OrderedCompletion() &&
         (m.status != WcStatus::kSuccess || (m.wr.flags & send_flags::kSignaled))) {
       Completion c;
       c.wr_id = m.wr.wr_id;
@@ -421,10 +436,13 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   }
   while (path.snd_una != path.next_psn && path.at(path.snd_una).acked) ++path.snd_una;
 
+  // ECN echo: the count is cumulative, so an older ACK overtaken by a newer one says nothing.
   uint32_t ce_delta = 0;
-  if (path.ce_count_valid) ce_delta = ack.ack.ce_count - path.last_ce_count;
-  path.last_ce_count = ack.ack.ce_count;
-  path.ce_count_valid = true;
+  if (!path.ce_count_valid || SeqLess(path.last_ce_count, ack.ack.ce_count)) {
+    if (path.ce_count_valid) ce_delta = ack.ack.ce_count - path.last_ce_count;
+    path.last_ce_count = ack.ack.ce_count;
+    path.ce_count_valid = true;
+  }
   path.stats.ce_marks += ce_delta;
   path.window_hint = ack.ack.window_hint;
 
@@ -551,11 +569,12 @@ void Sender::OnTimer(Instant now) {
     if (failed_) return;
     if (path.rotate_at <= now) Rotate(now, path, path.rotate_reason);
     if (path.state == PathState::kProbing && path.next_probe_at <= now) {
+      bool rotated = false;
       if (++path.probe_timeouts >= cfg_.fail_after_timeouts) {
         path.probe_timeouts = 0;
-        Rotate(now, path, PathEventReason::kProbeTimeout);
+        rotated = Rotate(now, path, PathEventReason::kProbeTimeout);  // sends its own probe
       }
-      if (path.state == PathState::kProbing) SendProbe(now, path);
+      if (!rotated && path.state == PathState::kProbing) SendProbe(now, path);
     }
     if (path.pto_deadline <= now) OnPathTimeout(now, path);
   }
@@ -630,11 +649,11 @@ void Sender::FailPath(Instant now, SenderPath& path, PathEventReason reason) {
   Rotate(now, path, reason);
 }
 
-void Sender::Rotate(Instant now, SenderPath& path, PathEventReason reason) {
+bool Sender::Rotate(Instant now, SenderPath& path, PathEventReason reason) {
   if (now - path.last_rotation < cfg_.rotation_holddown) {
     path.rotate_at = path.last_rotation + cfg_.rotation_holddown;  // [R7] hold-down
     path.rotate_reason = reason;
-    return;
+    return false;
   }
   path.rotate_at = kNever;
   const uint16_t old_port = path.port;
@@ -643,7 +662,8 @@ void Sender::Rotate(Instant now, SenderPath& path, PathEventReason reason) {
   for (int attempt = 0; attempt < 32; ++attempt) {
     const auto candidate =
         static_cast<uint16_t>(cfg_.rotate_port_lo + SplitMix64(rng_state_) % span);
-    const bool taken = std::any_of(paths_.begin(), paths_.end(),
+    const bool taken = candidate == cfg_.udp_port ||
+                       std::any_of(paths_.begin(), paths_.end(),
                                    [&](const SenderPath& p) { return p.port == candidate; });
     if (!taken) {
       port = candidate;
@@ -671,6 +691,7 @@ void Sender::Rotate(Instant now, SenderPath& path, PathEventReason reason) {
   path.probe_timeouts = 0;
   SetState(now, path, PathState::kProbing, reason);
   SendProbe(now, path);
+  return true;
 }
 
 void Sender::SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason) {
@@ -713,8 +734,10 @@ absl::Status Sender::RequestRotation(Instant now, uint16_t path_id) {
   return absl::OkStatus();
 }
 
-void Sender::Flush(uint32_t culprit_seq, WcStatus status) {
+void Sender::Flush(std::optional<uint32_t> culprit, WcStatus status) {
   failed_ = true;
+  // Without a named culprit the oldest outstanding request carries the status.
+  const uint32_t culprit_seq = culprit.value_or(base_seq_);
   for (OutboundMessage& m : messages_) {
     CompleteMessage(m, m.msg_seq == culprit_seq ? status : WcStatus::kWrFlushErr);
   }

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -113,8 +114,9 @@ class Sender {
   // Sends whatever windows allow.
   void Pump(Instant now);
   absl::Status RequestRotation(Instant now, uint16_t path_id);
-  // Completes every outstanding message: `culprit` gets `status`, the others WR_FLUSH_ERR.
-  void Flush(uint32_t culprit_seq, WcStatus status);
+  // Completes every outstanding message: `culprit` (default: the oldest) gets `status`, the
+  // others WR_FLUSH_ERR.
+  void Flush(std::optional<uint32_t> culprit, WcStatus status);
 
   PathStats Stats(uint16_t path_id) const;
   size_t outstanding() const { return messages_.size(); }
@@ -127,7 +129,9 @@ class Sender {
   bool WithinReorderWindow(uint64_t end) const;
   SenderPath* PickPath(uint32_t bytes);
   uint32_t PacketBytes(const OutboundMessage& m, uint32_t index) const;
-  void SendNew(Instant now, SenderPath& path, PacketRef ref);
+  // `rerouted`: data moved off a failed path, sent as a retransmission on its new path.
+  void SendNew(Instant now, SenderPath& path, PacketRef ref, bool rerouted);
+  bool OrderedCompletion() const;
   enum class Why : uint8_t { kGap, kTimeout, kGoBackN, kRnr };
   void Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why);
   // Returns false when the connection failed (retry limit) and nothing was sent.
@@ -146,7 +150,9 @@ class Sender {
   void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);
   void OnPathTimeout(Instant now, SenderPath& path);
   void FailPath(Instant now, SenderPath& path, PathEventReason reason);
-  void Rotate(Instant now, SenderPath& path, PathEventReason reason);
+  // Rotates now and returns true, or (within the hold-down) schedules it and returns false.
+  bool Rotate(Instant now, SenderPath& path, PathEventReason reason);
+  uint32_t Window(const SenderPath& path) const;
   void SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason);
   void ArmPto(Instant now, SenderPath& path);
   void CheckDegraded(Instant now, SenderPath& path);

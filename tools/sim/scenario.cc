@@ -1,0 +1,875 @@
+#include "tools/sim/scenario.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "lib/core/endpoint.h"
+#include "lib/wire/packet.h"
+#include "tools/sim/counter_fields.h"
+#include "tools/sim/rng.h"
+
+namespace metaroce::sim {
+
+std::string_view TransportName(TransportKind t) {
+  switch (t) {
+    case TransportKind::kMetaRoce: return "metaroce";
+    case TransportKind::kGoBackN: return "gbn";
+    case TransportKind::kReorderBuffer: return "reorder";
+  }
+  return "?";
+}
+
+std::string_view OperationName(Operation op) {
+  switch (op) {
+    case Operation::kWrite: return "write";
+    case Operation::kSend: return "send";
+    case Operation::kWriteImm: return "write_imm";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr uint64_t kMaxBufferBytes = uint64_t{4} << 30;  // all slots of all connections, per host
+constexpr uint16_t kFirstEphemeralPort = 49152;
+constexpr double kRecoveryFraction = 0.85;
+
+// Independent random streams derived from the scenario seed.
+enum Stream : uint64_t {
+  kTokenStream = 1,
+  kConnectionSeedStream = 2,
+  kPatternStream = 3,
+  kLinkLossStream = 4,
+  kImmStream = 5,
+};
+
+// Lowest port >= 49152 with (port + udp_port) % P == 0: with the ECMP hash (src + dst) % P,
+// source port port_base + n then starts on physical path n % P.
+uint32_t AlignedPortBase(uint16_t physical_paths) {
+  uint32_t base = kFirstEphemeralPort;
+  while ((base + wire::kDefaultUdpPort) % physical_paths != 0) ++base;
+  return base;
+}
+
+// Message payloads: a pseudo-random stream per (seed, connection, message), 8 bytes at a time.
+void FillPattern(uint64_t seed, uint32_t conn, uint64_t local_index, std::span<std::byte> out) {
+  Xoshiro256 rng(DeriveSeed(seed, kPatternStream, conn, local_index));
+  size_t i = 0;
+  for (; i + 8 <= out.size(); i += 8) {
+    const uint64_t v = rng.Next();
+    std::memcpy(out.data() + i, &v, 8);
+  }
+  if (i < out.size()) {
+    const uint64_t v = rng.Next();
+    std::memcpy(out.data() + i, &v, out.size() - i);
+  }
+}
+
+bool MatchesPattern(uint64_t seed, uint32_t conn, uint64_t local_index,
+                    std::span<const std::byte> data) {
+  Xoshiro256 rng(DeriveSeed(seed, kPatternStream, conn, local_index));
+  size_t i = 0;
+  for (; i + 8 <= data.size(); i += 8) {
+    const uint64_t want = rng.Next();
+    if (std::memcmp(data.data() + i, &want, 8) != 0) return false;
+  }
+  if (i < data.size()) {
+    const uint64_t want = rng.Next();
+    if (std::memcmp(data.data() + i, &want, data.size() - i) != 0) return false;
+  }
+  return true;
+}
+
+std::byte GuardByte(size_t i) { return static_cast<std::byte>(0xA5u ^ (i * 131u & 0xffu)); }
+
+// A buffer of `region_bytes` between two guard areas that are never registered. The guards hold a
+// known pattern; the core must never change them.
+class GuardedBuffer {
+ public:
+  static constexpr size_t kGuardBytes = 4096;
+
+  explicit GuardedBuffer(size_t region_bytes)
+      : region_bytes_(region_bytes), storage_(region_bytes + 2 * kGuardBytes) {
+    for (size_t i = 0; i < kGuardBytes; ++i) {
+      storage_[i] = GuardByte(i);
+      storage_[kGuardBytes + region_bytes_ + i] = GuardByte(i);
+    }
+  }
+  std::byte* region() { return storage_.data() + kGuardBytes; }
+  size_t region_bytes() const { return region_bytes_; }
+  // Number of guard areas (0..2) with any byte changed.
+  int CorruptedGuards() const {
+    int corrupted = 0;
+    for (size_t base : {size_t{0}, kGuardBytes + region_bytes_}) {
+      for (size_t i = 0; i < kGuardBytes; ++i) {
+        if (storage_[base + i] != GuardByte(i)) {
+          ++corrupted;
+          break;
+        }
+      }
+    }
+    return corrupted;
+  }
+
+ private:
+  size_t region_bytes_;
+  std::vector<std::byte> storage_;
+};
+
+double Percentile(const std::vector<int64_t>& sorted_ns, double q) {
+  if (sorted_ns.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(sorted_ns.size())));
+  rank = std::clamp<size_t>(rank, 1, sorted_ns.size());
+  return static_cast<double>(sorted_ns[rank - 1]) / 1000.0;
+}
+
+class Simulation {
+ public:
+  explicit Simulation(const ScenarioConfig& config);
+  absl::Status Setup();
+  void Run();
+  ScenarioResult Finish();
+
+ private:
+  enum class Host : uint8_t { kA = 0, kB = 1 };
+  static constexpr uint32_t kNoMessage = UINT32_MAX;
+
+  class Port final : public core::PacketSink {
+   public:
+    Port(Simulation& sim, Direction direction) : sim_(sim), direction_(direction) {}
+    void Transmit(const core::TxMeta& meta, std::span<const std::byte> headers,
+                  std::span<const std::byte> payload) override {
+      sim_.OnTransmit(direction_, meta, headers, payload);
+    }
+
+   private:
+    Simulation& sim_;
+    Direction direction_;
+  };
+
+  struct TimerSlot {
+    uint64_t generation = 0;
+    Instant scheduled = core::kNever;
+  };
+
+  struct ConnectionState {
+    core::Connection* requester = nullptr;
+    core::Connection* responder = nullptr;
+    std::unique_ptr<GuardedBuffer> source;       // on A
+    std::unique_ptr<GuardedBuffer> destination;  // on B
+    core::MemoryRegion source_mr;
+    core::MemoryRegion destination_mr;
+    std::vector<uint64_t> slot_owner;  // A: message occupying each slot, or kNoMessage
+    uint64_t total_messages = 0;
+    uint64_t next_local_index = 0;
+    uint32_t outstanding = 0;
+    bool stopped = false;  // PostSend refused: no more posts on this connection
+    // Responder receives: wr_id = (c << 32) | index; index n matches the n-th message.
+    std::vector<uint32_t> receive_slot;  // by receive index
+    std::vector<bool> receive_done;
+    std::vector<bool> receive_slot_busy;
+  };
+
+  struct MessageState {
+    bool posted = false;
+    bool requester_done = false;
+    bool succeeded = false;
+    bool receive_done = false;
+    uint32_t slot = 0;
+    Instant posted_at;
+  };
+
+  uint32_t ConnOf(uint64_t k) const { return static_cast<uint32_t>(k % config_.connections); }
+  uint64_t LocalIndexOf(uint64_t k) const { return k / config_.connections; }
+  uint64_t MessageIndex(uint32_t conn, uint64_t local) const {
+    return local * config_.connections + conn;
+  }
+  uint32_t ImmFor(uint64_t k) const {
+    return static_cast<uint32_t>(DeriveSeed(config_.seed, kImmStream, k));
+  }
+  core::Endpoint& EndpointOf(Host h) { return h == Host::kA ? *endpoint_a_ : *endpoint_b_; }
+
+  void DataError(std::string_view kind) {
+    ++result_.data_errors;
+    ++result_.data_errors_by_kind[std::string(kind)];
+  }
+  void AddToBin(std::vector<uint64_t>& bins, Instant at, uint64_t bytes) {
+    const size_t index = static_cast<size_t>(at.ns / bin_ns_);
+    if (bins.size() <= index) bins.resize(index + 1, 0);
+    bins[index] += bytes;
+  }
+
+  // Event handlers.
+  void OnTransmit(Direction direction, const core::TxMeta& meta,
+                  std::span<const std::byte> headers, std::span<const std::byte> payload);
+  void OnArrival(Datagram& datagram);
+  void OnTimerEvent(Host host, uint64_t generation);
+  void PostInitialReceives();
+  void StartWorkload();
+  // After anything that entered an endpoint: collect completions and path events, post more
+  // work, and re-arm the endpoint's timer.
+  void AfterHostEvent(Host host, bool timer_did_not_advance = false);
+  void RescheduleTimer(Host host, bool timer_did_not_advance);
+
+  void PostMoreMessages(uint32_t conn);
+  void PostReceive(uint32_t conn, uint32_t slot);
+  void OnRequesterCompletion(const core::Completion& wc);
+  void OnReceiveCompletion(const core::Completion& wc);
+  void CollectPathEvents(Host host, core::Connection& connection);
+  bool WorkloadDone() const;
+
+  ScenarioConfig config_;
+  EventQueue queue_;
+  Fabric fabric_;
+  Port port_a_;
+  Port port_b_;
+  // Declared before the endpoints so that the connections go before the memory they reference.
+  std::vector<ConnectionState> conns_;
+  std::unique_ptr<core::Endpoint> endpoint_a_;
+  std::unique_ptr<core::Endpoint> endpoint_b_;
+  std::array<TimerSlot, 2> timers_;
+  std::vector<MessageState> messages_;
+  int64_t bin_ns_ = 1;
+
+  uint64_t outstanding_total_ = 0;
+  uint64_t succeeded_awaiting_receive_ = 0;
+  Instant last_completion_;
+  Instant last_post_;
+  std::vector<int64_t> latencies_ns_;
+  std::vector<uint64_t> delivered_bins_;
+  std::vector<uint64_t> completed_bins_;
+  // Data identities (dest_conn, msg_seq, offset) sent by A and received by B.
+  absl::flat_hash_set<std::tuple<uint32_t, uint32_t, uint32_t>> sent_identities_;
+  absl::flat_hash_set<std::tuple<uint32_t, uint32_t, uint32_t>> delivered_identities_;
+  ScenarioResult result_;
+};
+
+std::vector<PhysicalPathConfig> BuildFabricConfig(const ScenarioConfig& c) {
+  std::vector<PhysicalPathConfig> paths(c.physical_paths);
+  for (uint16_t p = 0; p < c.physical_paths; ++p) {
+    for (int dir = 0; dir < 2; ++dir) {
+      LinkConfig& link = dir == 0 ? paths[p].a_to_b : paths[p].b_to_a;
+      link.rate_gbps = c.PathRateGbps(p);
+      link.delay = c.delay;
+      link.queue_bytes = c.queue_bytes;
+      link.ecn_threshold_bytes = c.ecn_threshold_bytes;
+      link.loss_probability = dir == 0 ? c.loss : c.ack_loss.value_or(c.loss);
+      link.seed = DeriveSeed(c.seed, kLinkLossStream, p, dir);
+      for (const Blackhole& b : c.blackholes) {
+        if (b.path == p) link.blackholes.push_back(b.window);
+      }
+    }
+  }
+  return paths;
+}
+
+Simulation::Simulation(const ScenarioConfig& config)
+    : config_(config),
+      fabric_(BuildFabricConfig(config), queue_, [this](Datagram& d) { OnArrival(d); }),
+      port_a_(*this, Direction::kAToB),
+      port_b_(*this, Direction::kBToA),
+      endpoint_a_(std::make_unique<core::Endpoint>(port_a_)),
+      endpoint_b_(std::make_unique<core::Endpoint>(port_b_)) {
+  result_.config = config;
+  bin_ns_ = std::max<int64_t>(1, config.EffectiveBin().count());
+}
+
+absl::Status Simulation::Setup() {
+  const uint16_t logical_paths = config_.EffectiveLogicalPaths();
+  const uint32_t port_base = AlignedPortBase(config_.physical_paths);
+  const uint64_t slot_bytes = config_.message_bytes;
+  conns_.resize(config_.connections);
+  messages_.resize(config_.messages);
+
+  for (uint32_t c = 0; c < config_.connections; ++c) {
+    ConnectionState& cs = conns_[c];
+    core::ConnectionConfig base;
+    base.local_conn_id = c + 1;
+    base.remote_conn_id = c + 1;
+    base.path_count = logical_paths;
+    for (uint16_t i = 0; i < logical_paths; ++i) {
+      base.initial_ports.push_back(static_cast<uint16_t>(port_base + c * logical_paths + i));
+    }
+    switch (config_.transport) {
+      case TransportKind::kMetaRoce: base.profile = core::TransportProfile::MetaRoce(); break;
+      case TransportKind::kGoBackN: base.profile = core::TransportProfile::GoBackN(); break;
+      case TransportKind::kReorderBuffer:
+        base.profile = core::TransportProfile::ReorderBuffer(config_.reorder_buffer_kb * 1024);
+        break;
+    }
+    base.mtu = config_.mtu;
+    base.ordered_completion = config_.ordered_completion;
+    base.max_send_queue = std::max<uint32_t>(base.max_send_queue, config_.depth);
+    base.max_recv_queue = std::max<uint32_t>(base.max_recv_queue, config_.depth);
+
+    core::ConnectionConfig on_a = base;
+    on_a.tx_token = DeriveSeed(config_.seed, kTokenStream, c, 0);
+    on_a.rx_token = DeriveSeed(config_.seed, kTokenStream, c, 1);
+    on_a.seed = DeriveSeed(config_.seed, kConnectionSeedStream, c, 0);
+    core::ConnectionConfig on_b = base;
+    on_b.tx_token = on_a.rx_token;
+    on_b.rx_token = on_a.tx_token;
+    on_b.seed = DeriveSeed(config_.seed, kConnectionSeedStream, c, 1);
+
+    auto requester = endpoint_a_->CreateConnection(on_a);
+    if (!requester.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("core refused the requester connection config: ",
+                       requester.status().message()));
+    }
+    auto responder = endpoint_b_->CreateConnection(on_b);
+    if (!responder.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("core refused the responder connection config: ",
+                       responder.status().message()));
+    }
+    cs.requester = *requester;
+    cs.responder = *responder;
+
+    cs.source = std::make_unique<GuardedBuffer>(config_.depth * slot_bytes);
+    cs.destination = std::make_unique<GuardedBuffer>(config_.depth * slot_bytes);
+    auto source_mr = endpoint_a_->memory().Register(cs.source->region(),
+                                                    cs.source->region_bytes(), 0);
+    if (!source_mr.ok()) return source_mr.status();
+    auto destination_mr = endpoint_b_->memory().Register(
+        cs.destination->region(), cs.destination->region_bytes(),
+        core::access::kLocalWrite | core::access::kRemoteWrite);
+    if (!destination_mr.ok()) return destination_mr.status();
+    cs.source_mr = *source_mr;
+    cs.destination_mr = *destination_mr;
+    cs.slot_owner.assign(config_.depth, kNoMessage);
+    cs.receive_slot_busy.assign(config_.depth, false);
+    cs.total_messages =
+        c < config_.messages ? (config_.messages - c + config_.connections - 1) / config_.connections
+                             : 0;
+  }
+
+  if (config_.UsesReceives()) {
+    queue_.Schedule(Instant{0} + config_.recv_delay, [this] { PostInitialReceives(); });
+  }
+  queue_.Schedule(Instant{0}, [this] { StartWorkload(); });
+  return absl::OkStatus();
+}
+
+void Simulation::StartWorkload() {
+  for (uint32_t c = 0; c < conns_.size(); ++c) PostMoreMessages(c);
+  AfterHostEvent(Host::kA);
+}
+
+void Simulation::PostInitialReceives() {
+  for (uint32_t c = 0; c < conns_.size(); ++c) {
+    const uint64_t initial = std::min<uint64_t>(config_.depth, conns_[c].total_messages);
+    for (uint32_t slot = 0; slot < initial; ++slot) PostReceive(c, slot);
+  }
+  AfterHostEvent(Host::kB);
+}
+
+void Simulation::PostMoreMessages(uint32_t c) {
+  ConnectionState& cs = conns_[c];
+  while (!cs.stopped && cs.outstanding < config_.depth &&
+         cs.next_local_index < cs.total_messages) {
+    const auto free_slot = std::find(cs.slot_owner.begin(), cs.slot_owner.end(), kNoMessage);
+    const uint32_t slot = static_cast<uint32_t>(free_slot - cs.slot_owner.begin());
+    const uint64_t local = cs.next_local_index;
+    const uint64_t k = MessageIndex(c, local);
+    const uint64_t offset = uint64_t{slot} * config_.message_bytes;
+    FillPattern(config_.seed, c, local,
+                std::span<std::byte>(cs.source->region() + offset, config_.message_bytes));
+
+    core::SendWorkRequest wr;
+    wr.wr_id = k;
+    wr.flags = core::send_flags::kSignaled;
+    wr.local = core::Sge{cs.source_mr.addr + offset, config_.message_bytes, cs.source_mr.lkey};
+    switch (config_.op) {
+      case Operation::kWrite: wr.opcode = core::WrOpcode::kWrite; break;
+      case Operation::kWriteImm: wr.opcode = core::WrOpcode::kWriteWithImm; break;
+      case Operation::kSend: wr.opcode = core::WrOpcode::kSend; break;
+    }
+    if (config_.op != Operation::kSend) {
+      wr.remote_addr = cs.destination_mr.addr + offset;
+      wr.rkey = cs.destination_mr.rkey;
+    }
+    if (config_.op == Operation::kWriteImm) wr.imm = ImmFor(k);
+
+    const absl::Status posted = cs.requester->PostSend(queue_.now(), wr);
+    if (!posted.ok()) {
+      ++result_.post_refusals;
+      if (result_.first_post_refusal.empty()) {
+        result_.first_post_refusal = std::string(posted.message());
+      }
+      cs.stopped = true;
+      return;
+    }
+    MessageState& m = messages_[k];
+    m.posted = true;
+    m.slot = slot;
+    m.posted_at = queue_.now();
+    cs.slot_owner[slot] = k;
+    ++cs.next_local_index;
+    ++cs.outstanding;
+    ++outstanding_total_;
+    ++result_.messages_posted;
+    last_post_ = queue_.now();
+  }
+}
+
+void Simulation::PostReceive(uint32_t c, uint32_t slot) {
+  ConnectionState& cs = conns_[c];
+  const uint64_t index = cs.receive_slot.size();
+  core::RecvWorkRequest wr;
+  wr.wr_id = (uint64_t{c} << 32) | index;
+  const uint64_t offset = uint64_t{slot} * config_.message_bytes;
+  wr.local = core::Sge{cs.destination_mr.addr + offset, config_.message_bytes,
+                       cs.destination_mr.lkey};
+  if (!cs.responder->PostRecv(queue_.now(), wr).ok()) return;  // connection in error
+  cs.receive_slot.push_back(slot);
+  cs.receive_done.push_back(false);
+  cs.receive_slot_busy[slot] = true;
+}
+
+void Simulation::OnTransmit(Direction direction, const core::TxMeta& meta,
+                            std::span<const std::byte> headers,
+                            std::span<const std::byte> payload) {
+  std::vector<std::byte> bytes(headers.size() + payload.size());
+  if (!headers.empty()) std::memcpy(bytes.data(), headers.data(), headers.size());
+  if (!payload.empty()) std::memcpy(bytes.data() + headers.size(), payload.data(), payload.size());
+
+  const wire::ParseResult parsed = wire::Parse(bytes);
+  const bool is_data = parsed.ok() && wire::IsData(parsed.packet.opcode);
+  if (is_data) {
+    ++result_.data_packets_sent;
+    const auto identity = std::make_tuple(parsed.packet.dest_conn, parsed.packet.data.msg_seq,
+                                          parsed.packet.data.offset);
+    const bool flagged = parsed.packet.flags & wire::flags::kRetransmit;
+    const bool resent = !sent_identities_.insert(identity).second;
+    if (flagged) ++result_.retransmits;
+    if (resent) {
+      ++result_.resent_data_packets;
+      if (!flagged) ++result_.unflagged_resends;
+      if (delivered_identities_.contains(identity)) ++result_.spurious_retransmits;
+    } else if (flagged) {
+      ++result_.flagged_first_sends;
+    }
+  }
+  const Fabric::SendResult sent = fabric_.Send(direction, meta, std::move(bytes));
+  switch (sent.transmission.drop) {
+    case DropCause::kNone: return;
+    case DropCause::kRandomLoss: ++result_.lost_random; break;
+    case DropCause::kTailDrop: ++result_.lost_tail_drop; break;
+    case DropCause::kBlackhole: ++result_.lost_blackhole; break;
+  }
+  ++result_.packets_lost;
+  if (is_data) ++result_.data_packets_lost;
+}
+
+void Simulation::OnArrival(Datagram& datagram) {
+  const Host host = datagram.direction == Direction::kAToB ? Host::kB : Host::kA;
+  core::Endpoint& endpoint = EndpointOf(host);
+  if (host == Host::kA) {
+    endpoint.OnDatagram(queue_.now(), datagram.bytes, datagram.meta);
+    AfterHostEvent(host);
+    return;
+  }
+  // At B, a data packet counts as received when the core accepted it (its connection's rcvd_pkts
+  // advanced): a packet refused for lack of a receive (RNR) or for arriving out of order
+  // (go-back-N) has reached the host but B does not have its data.
+  const wire::ParseResult parsed = wire::Parse(datagram.bytes);
+  const bool is_data = parsed.ok() && wire::IsData(parsed.packet.opcode);
+  core::Connection* connection = is_data ? endpoint.Find(parsed.packet.dest_conn) : nullptr;
+  const uint64_t accepted_before = connection ? connection->counters().rcvd_pkts : 0;
+  endpoint.OnDatagram(queue_.now(), datagram.bytes, datagram.meta);
+  if (connection != nullptr && connection->counters().rcvd_pkts > accepted_before &&
+      delivered_identities_
+          .insert(std::make_tuple(parsed.packet.dest_conn, parsed.packet.data.msg_seq,
+                                  parsed.packet.data.offset))
+          .second) {
+    AddToBin(delivered_bins_, queue_.now(), parsed.packet.payload.size());
+  }
+  AfterHostEvent(host);
+}
+
+void Simulation::OnTimerEvent(Host host, uint64_t generation) {
+  TimerSlot& slot = timers_[static_cast<size_t>(host)];
+  if (generation != slot.generation) return;  // superseded
+  slot.scheduled = core::kNever;
+  core::Endpoint& endpoint = EndpointOf(host);
+  endpoint.OnTimer(queue_.now());
+  AfterHostEvent(host, endpoint.NextDeadline() <= queue_.now());
+}
+
+void Simulation::AfterHostEvent(Host host, bool timer_did_not_advance) {
+  core::Endpoint& endpoint = EndpointOf(host);
+  std::array<core::Completion, 64> completions;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (const auto& [id, connection] : endpoint.connections()) {
+      size_t n;
+      while ((n = connection->PollCompletions(completions)) > 0) {
+        progress = true;
+        for (size_t i = 0; i < n; ++i) {
+          if (host == Host::kA) {
+            OnRequesterCompletion(completions[i]);
+          } else {
+            OnReceiveCompletion(completions[i]);
+          }
+        }
+      }
+    }
+    if (host == Host::kA) {
+      for (uint32_t c = 0; c < conns_.size(); ++c) PostMoreMessages(c);
+    }
+  }
+  for (const auto& [id, connection] : endpoint.connections()) {
+    CollectPathEvents(host, *connection);
+  }
+  RescheduleTimer(host, timer_did_not_advance);
+}
+
+void Simulation::RescheduleTimer(Host host, bool timer_did_not_advance) {
+  TimerSlot& slot = timers_[static_cast<size_t>(host)];
+  const Instant now = queue_.now();
+  Instant deadline = EndpointOf(host).NextDeadline();
+  if (timer_did_not_advance) {
+    // OnTimer(now) left a deadline at or before now: the core would spin at one instant. Count
+    // the contract breach and move on by a nanosecond so that the run still ends.
+    ++result_.timer_deadline_not_advanced;
+    deadline = std::max(deadline, now + Duration(1));
+  }
+  if (deadline == core::kNever) {
+    if (slot.scheduled != core::kNever) {
+      ++slot.generation;
+      slot.scheduled = core::kNever;
+    }
+    return;
+  }
+  deadline = std::max(deadline, now);
+  if (deadline == slot.scheduled) return;
+  ++slot.generation;
+  slot.scheduled = deadline;
+  queue_.Schedule(deadline, [this, host, g = slot.generation] { OnTimerEvent(host, g); });
+}
+
+void Simulation::OnRequesterCompletion(const core::Completion& wc) {
+  const uint64_t k = wc.wr_id;
+  if (k >= messages_.size() || !messages_[k].posted) {
+    DataError("unknown_completion");
+    return;
+  }
+  MessageState& m = messages_[k];
+  if (m.requester_done) {
+    DataError("duplicate_completion");
+    return;
+  }
+  const uint32_t c = ConnOf(k);
+  ConnectionState& cs = conns_[c];
+  m.requester_done = true;
+  --cs.outstanding;
+  --outstanding_total_;
+  const Instant now = queue_.now();
+
+  if (wc.status == core::WcStatus::kSuccess) {
+    m.succeeded = true;
+    ++result_.messages_completed;
+    latencies_ns_.push_back((now - m.posted_at).count());
+    last_completion_ = now;
+    AddToBin(completed_bins_, now, config_.message_bytes);
+    const core::WcOpcode expected_opcode =
+        config_.op == Operation::kSend ? core::WcOpcode::kSend : core::WcOpcode::kRdmaWrite;
+    if (wc.opcode != expected_opcode) DataError("wrong_completion_opcode");
+    if (config_.op != Operation::kSend) {
+      // RC: every byte was placed before the requester saw the acknowledgement.
+      const std::span<const std::byte> placed(
+          cs.destination->region() + uint64_t{m.slot} * config_.message_bytes,
+          config_.message_bytes);
+      if (!MatchesPattern(config_.seed, c, LocalIndexOf(k), placed)) {
+        DataError("write_data_mismatch");
+      }
+    }
+    if (config_.UsesReceives() && !m.receive_done) ++succeeded_awaiting_receive_;
+  } else {
+    ++result_.messages_failed;
+    ++result_.failed_by_status[std::string(core::StatusName(wc.status))];
+  }
+  cs.slot_owner[m.slot] = kNoMessage;
+}
+
+void Simulation::OnReceiveCompletion(const core::Completion& wc) {
+  const uint32_t c = static_cast<uint32_t>(wc.wr_id >> 32);
+  const uint64_t index = wc.wr_id & 0xffffffffu;
+  if (c >= conns_.size() || index >= conns_[c].receive_slot.size()) {
+    DataError("unknown_receive_completion");
+    return;
+  }
+  ConnectionState& cs = conns_[c];
+  if (cs.receive_done[index]) {
+    DataError("duplicate_receive_completion");
+    return;
+  }
+  cs.receive_done[index] = true;
+  const uint32_t slot = cs.receive_slot[index];
+  cs.receive_slot_busy[slot] = false;
+
+  if (wc.status != core::WcStatus::kSuccess) {
+    ++result_.receives_failed;
+  } else {
+    ++result_.receives_completed;
+    // Receive n matches the n-th message of this connection (every message consumes a receive).
+    const uint64_t k = MessageIndex(c, index);
+    if (k >= messages_.size() || !messages_[k].posted) {
+      DataError("receive_without_message");
+    } else {
+      MessageState& m = messages_[k];
+      if (m.receive_done) DataError("duplicate_receive_for_message");
+      m.receive_done = true;
+      if (m.requester_done && m.succeeded) --succeeded_awaiting_receive_;
+      if (wc.byte_len != config_.message_bytes) DataError("receive_length_mismatch");
+      if (config_.op == Operation::kSend) {
+        if (wc.opcode != core::WcOpcode::kRecv || wc.has_imm) DataError("wrong_receive_opcode");
+        const std::span<const std::byte> placed(
+            cs.destination->region() + uint64_t{slot} * config_.message_bytes,
+            config_.message_bytes);
+        if (!MatchesPattern(config_.seed, c, index, placed)) DataError("send_data_mismatch");
+      } else {
+        if (wc.opcode != core::WcOpcode::kRecvRdmaWithImm) DataError("wrong_receive_opcode");
+        if (!wc.has_imm || wc.imm != ImmFor(k)) DataError("receive_imm_mismatch");
+        // Once A has completed k its slot may already hold a later message; A checked it then.
+        if (!m.requester_done) {
+          const std::span<const std::byte> placed(
+              cs.destination->region() + uint64_t{m.slot} * config_.message_bytes,
+              config_.message_bytes);
+          if (!MatchesPattern(config_.seed, c, index, placed)) {
+            DataError("write_imm_data_mismatch");
+          }
+        }
+      }
+    }
+  }
+  if (cs.receive_slot.size() < cs.total_messages) PostReceive(c, slot);
+}
+
+void Simulation::CollectPathEvents(Host host, core::Connection& connection) {
+  std::array<core::PathEvent, 16> events;
+  size_t n;
+  while ((n = connection.PollEvents(events)) > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      const core::PathEvent& e = events[i];
+      if (e.kind == core::PathEvent::Kind::kPortRotated) {
+        ++result_.port_rotations;
+      } else {
+        ++result_.path_state_changes;
+      }
+      ++result_.path_events_by_reason[std::string(core::PathEventReasonName(e.reason))];
+      if (result_.first_path_events.size() < ScenarioResult::kMaxRecordedPathEvents) {
+        result_.first_path_events.push_back({host == Host::kA ? 'A' : 'B', e});
+      }
+    }
+  }
+}
+
+bool Simulation::WorkloadDone() const {
+  if (outstanding_total_ > 0 || succeeded_awaiting_receive_ > 0) return false;
+  for (const ConnectionState& cs : conns_) {
+    if (!cs.stopped && cs.next_local_index < cs.total_messages) return false;
+  }
+  return true;
+}
+
+void Simulation::Run() {
+  const Instant cap = Instant{0} + config_.duration_cap;
+  for (;;) {
+    if (WorkloadDone()) {
+      result_.stop_reason = "done";
+      break;
+    }
+    if (queue_.empty()) {
+      result_.stop_reason = "idle";
+      break;
+    }
+    if (queue_.NextTime() > cap) {
+      result_.stop_reason = "duration_cap";
+      break;
+    }
+    if (queue_.executed() >= config_.max_events) {
+      result_.stop_reason = "event_cap";
+      break;
+    }
+    queue_.RunNext();
+  }
+}
+
+ScenarioResult Simulation::Finish() {
+  ScenarioResult& r = result_;
+  const Instant end = queue_.now();
+  r.sim_time_us = static_cast<double>(end.ns) / 1000.0;
+  r.last_post_us = static_cast<double>(last_post_.ns) / 1000.0;
+  r.events = queue_.executed();
+  r.messages_not_posted = config_.messages - r.messages_posted;
+  r.messages_outstanding = outstanding_total_;
+
+  for (uint64_t i = 0; i < succeeded_awaiting_receive_; ++i) DataError("missing_receive_completion");
+  for (const ConnectionState& cs : conns_) {
+    for (int i = 0; i < cs.source->CorruptedGuards(); ++i) DataError("guard_corrupted");
+    for (int i = 0; i < cs.destination->CorruptedGuards(); ++i) DataError("guard_corrupted");
+    AccumulateCounters(r.requester_counters, cs.requester->counters());
+    AccumulateCounters(r.responder_counters, cs.responder->counters());
+  }
+  for (const core::Endpoint* ep : {endpoint_a_.get(), endpoint_b_.get()}) {
+    r.malformed_datagrams += ep->counters().malformed;
+    r.unknown_connection_datagrams += ep->counters().unknown_connection;
+  }
+
+  // Throughput and capacity.
+  const double data_packet_wire_bytes =
+      static_cast<double>(WireBytes(config_.mtu + wire::kDataHeadersSize));
+  for (uint16_t p = 0; p < config_.physical_paths; ++p) {
+    PathReport path;
+    path.path = p;
+    path.rate_gbps = config_.PathRateGbps(p);
+    path.a_to_b = fabric_.link(p, Direction::kAToB).counters();
+    path.b_to_a = fabric_.link(p, Direction::kBToA).counters();
+    if (end.ns > 0) {
+      const double end_ps = static_cast<double>(end.ns) * 1000.0;
+      path.utilization_a_to_b = static_cast<double>(path.a_to_b.busy_ps) / end_ps;
+      path.utilization_b_to_a = static_cast<double>(path.b_to_a.busy_ps) / end_ps;
+    }
+    r.capacity_gbps += path.rate_gbps;
+    r.paths.push_back(path);
+  }
+  r.payload_capacity_gbps = r.capacity_gbps * config_.mtu / data_packet_wire_bytes;
+  if (last_completion_.ns > 0) {
+    r.goodput_gbps = static_cast<double>(r.messages_completed) * config_.message_bytes * 8.0 /
+                     static_cast<double>(last_completion_.ns);
+  }
+  std::sort(latencies_ns_.begin(), latencies_ns_.end());
+  r.completion_us = {Percentile(latencies_ns_, 0.50), Percentile(latencies_ns_, 0.99),
+                     Percentile(latencies_ns_, 1.0)};
+
+  // Timelines.
+  const size_t bins = static_cast<size_t>((end.ns + bin_ns_ - 1) / bin_ns_);
+  delivered_bins_.resize(std::max(bins, delivered_bins_.size()), 0);
+  completed_bins_.resize(std::max(bins, completed_bins_.size()), 0);
+  const double bin_ns = static_cast<double>(bin_ns_);
+  for (uint64_t bytes : delivered_bins_) r.delivered_gbps.push_back(bytes * 8.0 / bin_ns);
+  for (uint64_t bytes : completed_bins_) r.completed_gbps.push_back(bytes * 8.0 / bin_ns);
+  r.base_rtt_us = static_cast<double>(config_.BaseRtt().count()) / 1000.0;
+
+  if (!config_.blackholes.empty()) {
+    const Blackhole* first = &config_.blackholes.front();
+    for (const Blackhole& b : config_.blackholes) {
+      if (b.window.begin < first->window.begin) first = &b;
+    }
+    const double threshold =
+        kRecoveryFraction * (r.capacity_gbps - config_.PathRateGbps(first->path));
+    const int64_t from = first->window.begin.ns;
+    const int64_t until = std::min(first->window.end.ns, last_post_.ns);
+    // Bins wholly inside [from, until): the pipe should be full while work remains to be posted.
+    const size_t first_bin = static_cast<size_t>((from + bin_ns_ - 1) / bin_ns_);
+    const size_t end_bin = static_cast<size_t>(std::max<int64_t>(until, 0) / bin_ns_);
+    if (first_bin < end_bin && end_bin <= r.delivered_gbps.size()) {
+      std::optional<size_t> last_low;
+      for (size_t b = first_bin; b < end_bin; ++b) {
+        if (r.delivered_gbps[b] < threshold) last_low = b;
+      }
+      if (!last_low) {
+        r.recovery_us = 0;
+      } else if (*last_low + 1 < end_bin) {
+        r.recovery_us = static_cast<double>((*last_low + 1) * bin_ns_ - from) / 1000.0;
+      }
+    }
+  }
+  return std::move(result_);
+}
+
+}  // namespace
+
+absl::Status ScenarioConfig::Validate() const {
+  if (physical_paths < 1 || physical_paths > 1024) {
+    return absl::InvalidArgumentError("--paths must be in 1..1024");
+  }
+  if (!(rate_gbps > 0)) return absl::InvalidArgumentError("--rate-gbps must be > 0");
+  for (const SlowPath& s : slow_paths) {
+    if (s.path >= physical_paths) return absl::InvalidArgumentError("--slow names a path >= --paths");
+    if (!(s.rate_gbps > 0)) return absl::InvalidArgumentError("--slow rate must be > 0");
+  }
+  if (delay.count() < 0) return absl::InvalidArgumentError("--delay-us must be >= 0");
+  if (queue_bytes < WireBytes(mtu + wire::kDataHeadersSize)) {
+    return absl::InvalidArgumentError("--queue-kb must hold at least one MTU packet");
+  }
+  if (!(loss >= 0 && loss < 1)) return absl::InvalidArgumentError("--loss must be in [0, 1)");
+  if (ack_loss && !(*ack_loss >= 0 && *ack_loss < 1)) {
+    return absl::InvalidArgumentError("--ack-loss must be in [0, 1)");
+  }
+  for (const Blackhole& b : blackholes) {
+    if (b.path >= physical_paths) {
+      return absl::InvalidArgumentError("--blackhole names a path >= --paths");
+    }
+    if (!(b.window.begin < b.window.end)) {
+      return absl::InvalidArgumentError("--blackhole window must be T1-T2 with T1 < T2");
+    }
+  }
+  if (connections < 1) return absl::InvalidArgumentError("--connections must be >= 1");
+  if (messages < 1) return absl::InvalidArgumentError("--messages must be >= 1");
+  if (message_bytes < 1) return absl::InvalidArgumentError("--size must be >= 1");
+  if (depth < 1) return absl::InvalidArgumentError("--depth must be >= 1");
+  if (mtu < 64 || mtu > 65000) return absl::InvalidArgumentError("--mtu must be in 64..65000");
+  if (transport == TransportKind::kReorderBuffer &&
+      (reorder_buffer_kb == 0 || uint64_t{reorder_buffer_kb} * 1024 < mtu ||
+       reorder_buffer_kb > 4u << 20)) {
+    return absl::InvalidArgumentError(
+        "--reorder-buffer-kb must hold at least one --mtu and at most 4 GiB");
+  }
+  if (uint64_t{connections} * depth * message_bytes > kMaxBufferBytes) {
+    return absl::InvalidArgumentError(
+        "--connections x --depth x --size exceeds 4 GiB of buffers per host; lower one of them");
+  }
+  const uint64_t ports_needed = uint64_t{connections} * EffectiveLogicalPaths();
+  if (AlignedPortBase(physical_paths) + ports_needed - 1 > 65535) {
+    return absl::InvalidArgumentError(
+        "--connections x logical paths exceeds the source ports available; lower one of them");
+  }
+  if (recv_delay.count() < 0) return absl::InvalidArgumentError("--recv-delay-us must be >= 0");
+  if (duration_cap.count() <= 0) return absl::InvalidArgumentError("--duration-cap-ms must be > 0");
+  if (max_events < 1) return absl::InvalidArgumentError("--max-events must be >= 1");
+  if (bin.count() < 0) return absl::InvalidArgumentError("--bin-us must be >= 0");
+  return absl::OkStatus();
+}
+
+uint16_t ScenarioConfig::EffectiveLogicalPaths() const {
+  if (transport == TransportKind::kGoBackN) return 1;
+  return logical_paths == 0 ? physical_paths : logical_paths;
+}
+
+double ScenarioConfig::PathRateGbps(uint16_t path) const {
+  double rate = rate_gbps;
+  for (const SlowPath& s : slow_paths) {
+    if (s.path == path) rate = s.rate_gbps;
+  }
+  return rate;
+}
+
+Duration ScenarioConfig::BaseRtt() const {
+  const double data_ns = static_cast<double>(WireBytes(mtu + wire::kDataHeadersSize)) * 8 / rate_gbps;
+  const double ack_ns = static_cast<double>(WireBytes(wire::kAckPacketSize)) * 8 / rate_gbps;
+  return 2 * delay + Duration(static_cast<int64_t>(std::ceil(data_ns + ack_ns)));
+}
+
+Duration ScenarioConfig::EffectiveBin() const { return bin.count() > 0 ? bin : 2 * BaseRtt(); }
+
+absl::StatusOr<ScenarioResult> RunScenario(const ScenarioConfig& config) {
+  if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
+  Simulation simulation(config);
+  if (absl::Status ready = simulation.Setup(); !ready.ok()) return ready;
+  simulation.Run();
+  return simulation.Finish();
+}
+
+}  // namespace metaroce::sim

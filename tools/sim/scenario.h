@@ -1,0 +1,197 @@
+// A simulation scenario: what to run (fabric, transport, workload) and what came out of it.
+//
+// RunScenario() builds two hosts, A (requester) and B (responder), each a real core::Endpoint
+// whose PacketSink is the simulated Fabric, opens `connections` connections A->B, drives a
+// workload of `messages` messages of `message_bytes` and verifies every byte placed:
+//  - Write / Write-with-immediate: when A's completion for message k arrives with SUCCESS, B's
+//    destination slot must hold exactly message k's bytes (RC: placed before acknowledged).
+//  - Send / Write-with-immediate: every receive completion must report the message's length
+//    (and immediate), and a Send's receive buffer must hold the message's bytes; every message A
+//    saw succeed must have produced exactly one receive completion by the end.
+//  - Every buffer sits between guard bytes outside its registered region; any change to a guard
+//    ("the core touched memory outside a registered region") is a data error.
+//  - A second completion for the same work request is a data error.
+//
+// Connection layout: connection c (0-based) has local id c+1 and remote id c+1 on both hosts;
+// tokens and ConnectionConfig.seed are derived from the scenario seed and c. Logical path i of
+// connection c starts on source port port_base + c*L + i, where port_base makes
+// (port_base + udp_port) % P == 0, so with the fabric's ECMP hash it starts on physical path
+// (c*L + i) % P. Go-back-N connections have one path (L = 1); bench runs them with
+// connections = paths so that the flows cover every path.
+//
+// Loss: `loss` applies to the A->B (data) links and `ack_loss` (default: the same value) to the
+// B->A (acknowledgement) links.
+//
+// Determinism: the result is a function of the config alone (no clock, no addresses in results).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/core/config.h"
+#include "lib/core/connection.h"
+#include "lib/core/path_state.h"
+#include "lib/core/types.h"
+#include "tools/sim/fabric.h"
+
+namespace metaroce::sim {
+
+enum class TransportKind : uint8_t { kMetaRoce, kGoBackN, kReorderBuffer };
+enum class Operation : uint8_t { kWrite, kSend, kWriteImm };
+
+std::string_view TransportName(TransportKind t);  // "metaroce", "gbn", "reorder"
+std::string_view OperationName(Operation op);     // "write", "send", "write_imm"
+
+struct SlowPath {
+  uint16_t path = 0;
+  double rate_gbps = 0;
+};
+struct Blackhole {
+  uint16_t path = 0;
+  TimeWindow window;
+};
+
+struct ScenarioConfig {
+  // Fabric.
+  uint16_t physical_paths = 8;
+  double rate_gbps = 100;
+  std::vector<SlowPath> slow_paths;
+  Duration delay = std::chrono::microseconds(2);
+  uint64_t queue_bytes = 512 * 1024;
+  uint64_t ecn_threshold_bytes = 64 * 1024;
+  double loss = 0;
+  std::optional<double> ack_loss;  // unset: same as `loss`
+  std::vector<Blackhole> blackholes;
+
+  // Transport.
+  TransportKind transport = TransportKind::kMetaRoce;
+  uint16_t logical_paths = 0;  // 0: physical_paths (forced to 1 for go-back-N)
+  uint32_t connections = 1;
+  bool ordered_completion = false;
+  uint32_t mtu = 4096;
+  uint32_t reorder_buffer_kb = 1024;  // kReorderBuffer: the responder's buffer
+
+  // Workload.
+  Operation op = Operation::kWrite;
+  uint64_t messages = 64;
+  uint32_t message_bytes = 1u << 20;
+  uint32_t depth = 8;    // outstanding messages per connection
+  Duration recv_delay{0};  // send/write_imm: the first receives are posted at this time
+
+  uint64_t seed = 1;
+
+  // Safety caps and measurement.
+  Duration duration_cap = std::chrono::seconds(10);  // simulated time
+  uint64_t max_events = 200'000'000;
+  Duration bin{0};  // goodput timeline bin; 0: 2 x BaseRtt()
+
+  // Refuses inconsistent settings with a reason that names the flag to fix.
+  absl::Status Validate() const;
+  uint16_t EffectiveLogicalPaths() const;
+  double PathRateGbps(uint16_t path) const;
+  // Unloaded round trip: MTU data packet out and ACK back at the nominal rate.
+  Duration BaseRtt() const;
+  Duration EffectiveBin() const;
+  bool UsesReceives() const { return op != Operation::kWrite; }
+};
+
+// Nearest-rank percentiles, in microseconds.
+struct LatencySummary {
+  double p50_us = 0;
+  double p99_us = 0;
+  double max_us = 0;
+};
+
+struct PathReport {
+  uint16_t path = 0;
+  double rate_gbps = 0;
+  LinkCounters a_to_b;
+  LinkCounters b_to_a;
+  double utilization_a_to_b = 0;  // busy time / simulated time
+  double utilization_b_to_a = 0;
+};
+
+struct RecordedPathEvent {
+  char host = 'A';  // 'A' (requester) or 'B' (responder)
+  core::PathEvent event;
+};
+
+struct ScenarioResult {
+  ScenarioConfig config;
+
+  // Outcome of the workload.
+  uint64_t messages_posted = 0;
+  uint64_t messages_completed = 0;  // requester completions with SUCCESS
+  uint64_t messages_failed = 0;     // requester completions with another status
+  std::map<std::string, uint64_t> failed_by_status;  // StatusName -> count
+  uint64_t messages_outstanding = 0;  // posted, no completion when the run stopped (caps, idle)
+  uint64_t messages_not_posted = 0;  // refused by PostSend or never reached (connection failed)
+  uint64_t post_refusals = 0;
+  std::string first_post_refusal;    // the core's reason, if any
+  uint64_t receives_completed = 0;
+  uint64_t receives_failed = 0;
+  uint64_t data_errors = 0;
+  std::map<std::string, uint64_t> data_errors_by_kind;
+
+  // Throughput. goodput = payload of successful messages * 8 / (last completion - first post).
+  double goodput_gbps = 0;
+  double capacity_gbps = 0;          // sum of A->B line rates
+  double payload_capacity_gbps = 0;  // capacity * mtu / (mtu + data headers + wire overhead)
+  LatencySummary completion_us;      // post -> requester completion, successful messages
+
+  // Fabric ground truth.
+  uint64_t packets_lost = 0;  // both directions, every cause
+  uint64_t lost_random = 0;
+  uint64_t lost_tail_drop = 0;
+  uint64_t lost_blackhole = 0;
+  uint64_t data_packets_sent = 0;
+  uint64_t data_packets_lost = 0;
+  // A data packet's identity is (destination connection, msg_seq, offset). Ground truth counts a
+  // packet as resent when its identity was sent before, whatever its flags say, and as spurious
+  // when B had already accepted that identity (the core at B took it: rcvd_pkts advanced) before
+  // the resend left A. Packets B refused (RNR, go-back-N out of order) are not "had".
+  uint64_t retransmits = 0;           // data packets sent with the wire RETRANSMIT flag
+  uint64_t resent_data_packets = 0;   // data packets whose identity had been sent before
+  uint64_t spurious_retransmits = 0;  // resent packets whose identity B had already accepted
+  uint64_t unflagged_resends = 0;     // resent without the RETRANSMIT flag
+  uint64_t flagged_first_sends = 0;   // RETRANSMIT flag on an identity never sent before
+  std::vector<PathReport> paths;
+
+  // Core view.
+  core::ConnectionCounters requester_counters;  // summed over A's connections
+  core::ConnectionCounters responder_counters;  // summed over B's connections
+  uint64_t malformed_datagrams = 0;
+  uint64_t unknown_connection_datagrams = 0;
+  uint64_t path_state_changes = 0;
+  uint64_t port_rotations = 0;
+  std::map<std::string, uint64_t> path_events_by_reason;
+  std::vector<RecordedPathEvent> first_path_events;  // at most kMaxRecordedPathEvents
+
+  // Timelines (bin = config.EffectiveBin()).
+  std::vector<double> delivered_gbps;  // payload bytes B accepted for the first time, per bin
+  std::vector<double> completed_gbps;  // payload of successful messages, by completion time
+  // Blackhole runs: from the start of the first blackhole to the end of the last bin before the
+  // workload's last post (or the blackhole's end) whose delivered goodput is below 85 % of the
+  // capacity that remains (capacity minus the blackholed path). 0 when no bin dips; unset when the
+  // run never got back above the threshold or there is no such window.
+  std::optional<double> recovery_us;
+  double base_rtt_us = 0;
+
+  // Run.
+  double sim_time_us = 0;
+  double last_post_us = 0;
+  uint64_t events = 0;
+  std::string stop_reason;  // "done", "idle", "duration_cap", "event_cap"
+  uint64_t timer_deadline_not_advanced = 0;  // core contract check: NextDeadline() <= now after OnTimer
+
+  static constexpr size_t kMaxRecordedPathEvents = 64;
+};
+
+absl::StatusOr<ScenarioResult> RunScenario(const ScenarioConfig& config);
+
+}  // namespace metaroce::sim
