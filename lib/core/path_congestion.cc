@@ -10,6 +10,7 @@ void PathCongestion::OnAck(Instant now, uint32_t acked_bytes, uint32_t acked_pac
   window_acked_ += acked_packets;
   window_ce_ += std::min(ce_packets, acked_packets);
   bool cut = false;
+  bool above_target = false;  // such an ACK never grows the window
   // ECN: once per RTT, fold the window's marked fraction into alpha and cut by alpha/2.
   if (now >= window_end_) {
     if (window_acked_ > 0) {
@@ -26,7 +27,8 @@ void PathCongestion::OnAck(Instant now, uint32_t acked_bytes, uint32_t acked_pac
   // Delay: an RTT above min + target means a standing queue; cut in proportion, once per RTT.
   if (rtt_sample > Duration(0) && min_rtt > Duration(0)) {
     const Duration target = min_rtt + p_.target_queue_delay;
-    if (rtt_sample > target && now - last_delay_cut_ >= srtt) {
+    above_target = rtt_sample > target;
+    if (above_target && now - last_delay_cut_ >= srtt) {
       const double excess = static_cast<double>((rtt_sample - target).count()) /
                             static_cast<double>(rtt_sample.count());
       cwnd_ *= std::max(0.5, 1 - 0.8 * excess);
@@ -36,7 +38,7 @@ void PathCongestion::OnAck(Instant now, uint32_t acked_bytes, uint32_t acked_pac
   }
   if (cut || ce_packets > 0) {
     slow_start_ = false;  // the first signal ends slow start, as in TCP
-  } else if (acked_bytes > 0) {
+  } else if (acked_bytes > 0 && !above_target) {
     // Slow start doubles per RTT so a new path reaches its share quickly; afterwards one MTU
     // per RTT.
     cwnd_ += slow_start_ ? acked_bytes : static_cast<double>(p_.mtu) * acked_bytes / cwnd_;

@@ -99,7 +99,8 @@ wire::Syndrome Receiver::Check(const wire::Packet& p, std::byte** dst) {
   if (wire::IsWrite(p.opcode)) {
     if (conn_.memory_.ResolveRemoteWrite(d.rkey, d.remote_addr, p.payload.size(), &target) !=
         AccessError::kNone) {
-      return wire::Syndrome::kRemoteAccessNak;
+      m.refused = wire::Syndrome::kRemoteAccessNak;  // [M2] the whole message is refused
+      return m.refused;
     }
   }
   // [M3] Sends and Write-with-immediate consume the receive they name.
@@ -155,7 +156,8 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
     }
     return;
   }
-  const bool in_order = d == 0;
+  // [R10] a packet that arrives while a gap exists (even one it fills) is ACKed at once.
+  const bool in_order = d == 0 && path.bitmap.Empty();
   if ((p.flags & wire::flags::kFiller) || IsComplete(p.data.msg_seq)) {
     // [R8] the PSN is new but its data is already here: record the PSN, place nothing.
     if (!(p.flags & wire::flags::kFiller)) ++conn_.counters_.duplicate_request;

@@ -278,7 +278,8 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
     if (e.bytes > 0) payload = std::span<const std::byte>(m->src + p.data.offset, e.bytes);
     // [R3] ask for an ACK at once on a message's last packet and when the window is full.
     const bool last = e.ref.index + 1 == m->packets;
-    const bool window_full = path.inflight_bytes + cfg_.mtu > Window(path);
+    const bool window_full = path.inflight_bytes + cfg_.mtu > Window(path) ||
+                             path.outstanding() >= wire::kSackBits;
     if (last || window_full || retransmission) p.flags |= wire::flags::kAckRequest;
   }
   if (retransmission) p.flags |= wire::flags::kRetransmit;
@@ -437,11 +438,11 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   while (path.snd_una != path.next_psn && path.at(path.snd_una).acked) ++path.snd_una;
 
   // ECN echo: the count is cumulative, so an older ACK overtaken by a newer one says nothing.
+  // The responder's count starts at 0, so the first ACK's marks count too.
   uint32_t ce_delta = 0;
-  if (!path.ce_count_valid || SeqLess(path.last_ce_count, ack.ack.ce_count)) {
-    if (path.ce_count_valid) ce_delta = ack.ack.ce_count - path.last_ce_count;
+  if (SeqLess(path.last_ce_count, ack.ack.ce_count)) {
+    ce_delta = ack.ack.ce_count - path.last_ce_count;
     path.last_ce_count = ack.ack.ce_count;
-    path.ce_count_valid = true;
   }
   path.stats.ce_marks += ce_delta;
   path.window_hint = ack.ack.window_hint;
@@ -610,6 +611,16 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
     }
     if (probe == path.next_psn) {  // everything outstanding waits for the responder (RNR)
       ArmPto(now, path);
+      return;
+    }
+    // The expiry that reaches fail_after_timeouts fails the path: no tail probe into it.
+    if (cfg_.profile.spray == SprayPolicy::kAllPaths &&
+        path.timeouts_without_progress + 1 >= cfg_.fail_after_timeouts) {
+      ++path.stats.timeouts;
+      if (path.state == PathState::kActive) {
+        SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
+      }
+      FailPath(now, path, PathEventReason::kFailed);
       return;
     }
     Retransmit(now, path, probe, Why::kTimeout);

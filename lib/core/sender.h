@@ -75,8 +75,7 @@ struct SenderPath {
   uint64_t tx_order = 0;                 // transmissions made on this path
   uint64_t delivered_order = 0;          // highest transmission known to have arrived [R4]
   uint32_t inflight_bytes = 0;
-  uint32_t last_ce_count = 0;
-  bool ce_count_valid = false;
+  uint32_t last_ce_count = 0;  // highest cumulative CE count echoed so far
   uint32_t window_hint = 0;
   RttEstimator rtt;
   PathCongestion congestion;

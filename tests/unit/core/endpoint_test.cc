@@ -1,0 +1,272 @@
+// Endpoint: the front door for raw datagrams (parse, count malformed by reason, demultiplex by
+// dest_conn), connection lifetime, and timers across connections.
+#include "lib/core/endpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tests/support/recording_sink.h"
+
+namespace metaroce::core {
+namespace {
+
+using ::metaroce::testing::RecordingSink;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+constexpr Duration kUs = std::chrono::microseconds(1);
+constexpr uint64_t kRxToken = 0x0123456789abcdefull;
+
+ConnectionConfig Config(uint32_t local_id) {
+  ConnectionConfig c;
+  c.local_conn_id = local_id;
+  c.remote_conn_id = 100 + local_id;
+  c.rx_token = kRxToken;
+  c.tx_token = 0xfeed;
+  c.path_count = 2;
+  c.mtu = 1024;
+  return c;
+}
+
+std::vector<std::byte> Serialize(const wire::Packet& p) {
+  std::vector<std::byte> out(wire::kMaxHeadersSize);
+  out.resize(wire::SerializeHeaders(p, out));
+  out.insert(out.end(), p.payload.begin(), p.payload.end());
+  return out;
+}
+
+class EndpointTest : public ::testing::Test {
+ protected:
+  EndpointTest() : ep_(sink_), region_(4096, std::byte{0}) {
+    mr_ = *ep_.memory().Register(region_.data(), region_.size(),
+                                 access::kLocalWrite | access::kRemoteWrite);
+    payload_.assign(100, std::byte{0x5a});
+  }
+
+  // A valid one-packet Write of 100 bytes to connection `conn` (it would be placed and ACKed).
+  wire::Packet WritePacket(uint32_t conn = 1) const {
+    wire::Packet p;
+    p.opcode = wire::Opcode::kWrite;
+    p.flags = wire::flags::kAckRequest;
+    p.dest_conn = conn;
+    p.token = kRxToken;
+    p.data.msg_len = 100;
+    p.data.rkey = mr_.rkey;
+    p.data.remote_addr = mr_.addr;
+    p.payload = payload_;
+    return p;
+  }
+  wire::Packet AckPacket() const {
+    wire::Packet p;
+    p.opcode = wire::Opcode::kAck;
+    p.dest_conn = 1;
+    p.token = kRxToken;
+    return p;
+  }
+  bool RegionUntouched() const {
+    return std::all_of(region_.begin(), region_.end(), [](std::byte b) { return b == std::byte{0}; });
+  }
+
+  RecordingSink sink_;
+  Endpoint ep_;
+  std::vector<std::byte> region_;
+  MemoryRegion mr_;
+  std::vector<std::byte> payload_;
+};
+
+using Endpoint_CreateConnection = EndpointTest;
+using Endpoint_DestroyConnection = EndpointTest;
+using Endpoint_OnDatagram = EndpointTest;
+
+TEST_F(Endpoint_CreateConnection, RefusesInvalidConfigAndDuplicateId) {
+  ConnectionConfig bad = Config(1);
+  bad.path_count = 0;
+  EXPECT_EQ(ep_.CreateConnection(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ep_.CreateConnection(Config(1)).ok());
+  const absl::Status dup = ep_.CreateConnection(Config(1)).status();
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(dup.message()), ::testing::HasSubstr("connection id 1"));
+  EXPECT_EQ(ep_.connections().size(), 1u);
+}
+
+TEST_F(Endpoint_CreateConnection, FindsConnectionsByLocalIdInIdOrder) {
+  Connection* c7 = *ep_.CreateConnection(Config(7));
+  Connection* c3 = *ep_.CreateConnection(Config(3));
+  EXPECT_EQ(ep_.Find(7), c7);
+  EXPECT_EQ(ep_.Find(3), c3);
+  EXPECT_EQ(ep_.Find(5), nullptr);
+  std::vector<uint32_t> ids;
+  for (const auto& [id, conn] : ep_.connections()) ids.push_back(id);
+  EXPECT_THAT(ids, ElementsAre(3, 7));
+}
+
+TEST_F(Endpoint_DestroyConnection, RemovesItAndLaterDatagramsAreUnknown) {
+  ASSERT_TRUE(ep_.CreateConnection(Config(1)).ok());
+  EXPECT_TRUE(ep_.DestroyConnection(1).ok());
+  EXPECT_EQ(ep_.Find(1), nullptr);
+  EXPECT_EQ(ep_.DestroyConnection(1).code(), absl::StatusCode::kNotFound);
+  ep_.OnDatagram(Instant{}, Serialize(WritePacket()), RxMeta{});
+  EXPECT_EQ(ep_.counters().unknown_connection, 1u);
+  EXPECT_THAT(sink_.packets(), IsEmpty());
+  // The id may be used again.
+  EXPECT_TRUE(ep_.CreateConnection(Config(1)).ok());
+}
+
+TEST_F(Endpoint_OnDatagram, ValidDatagramReachesItsConnection) {
+  Connection* c1 = *ep_.CreateConnection(Config(1));
+  Connection* c2 = *ep_.CreateConnection(Config(2));
+  ep_.OnDatagram(Instant{}, Serialize(WritePacket(2)), RxMeta{.src_port = 50001});
+  EXPECT_EQ(c1->counters().rcvd_pkts, 0u);
+  EXPECT_EQ(c2->counters().rcvd_pkts, 1u);
+  ASSERT_EQ(sink_.packets().size(), 1u);
+  EXPECT_EQ(sink_.packets()[0].meta.conn_id, 2u);
+  EXPECT_EQ(sink_.packets()[0].packet.dest_conn, 102u);
+  EXPECT_EQ(sink_.packets()[0].meta.dst_port, 50001);
+  EXPECT_EQ(ep_.counters().rx_datagrams, 1u);
+  EXPECT_EQ(ep_.counters().malformed, 0u);
+  EXPECT_FALSE(RegionUntouched());
+}
+
+TEST_F(Endpoint_OnDatagram, MalformedAreCountedByReasonAndNeverReachAConnection) {
+  Connection* conn = *ep_.CreateConnection(Config(1));
+  struct Case {
+    wire::ParseError reason;
+    std::vector<std::byte> bytes;
+  };
+  std::vector<Case> cases;
+  {
+    std::vector<std::byte> b = Serialize(WritePacket());
+    b.resize(10);  // shorter than the base header
+    cases.push_back({wire::ParseError::kTruncated, b});
+  }
+  {
+    std::vector<std::byte> b = Serialize(WritePacket());
+    b[0] = std::byte{2};
+    cases.push_back({wire::ParseError::kBadVersion, b});
+  }
+  {
+    std::vector<std::byte> b = Serialize(WritePacket());
+    b[1] = std::byte{0x7f};
+    cases.push_back({wire::ParseError::kBadOpcode, b});
+  }
+  {
+    std::vector<std::byte> b = Serialize(WritePacket());
+    b.resize(b.size() - 50);  // payload_len says 100, 50 arrived
+    cases.push_back({wire::ParseError::kLengthMismatch, b});
+  }
+  {
+    wire::Packet p = WritePacket();
+    p.data.msg_len = 99;  // offset 0 + 100 bytes > msg_len
+    cases.push_back({wire::ParseError::kBadRange, Serialize(p)});
+  }
+  {
+    std::vector<std::byte> b = Serialize(AckPacket());
+    b[sizeof(wire::BaseHeader) + offsetof(wire::AckHeader, syndrome)] = std::byte{6};
+    cases.push_back({wire::ParseError::kBadSyndrome, b});
+  }
+  static_assert(static_cast<size_t>(wire::ParseError::kCount) == 7);
+
+  for (const Case& c : cases) ep_.OnDatagram(Instant{}, c.bytes, RxMeta{});
+
+  const EndpointCounters& k = ep_.counters();
+  EXPECT_EQ(k.rx_datagrams, cases.size());
+  EXPECT_EQ(k.malformed, cases.size());
+  EXPECT_EQ(k.unknown_connection, 0u);
+  for (const Case& c : cases) {
+    EXPECT_EQ(k.malformed_by_reason[static_cast<size_t>(c.reason)], 1u)
+        << wire::ParseErrorName(c.reason);
+  }
+  EXPECT_EQ(k.malformed_by_reason[static_cast<size_t>(wire::ParseError::kNone)], 0u);
+  // Nothing reached the connection: no state, no answer, no memory written.
+  EXPECT_EQ(conn->counters().rcvd_pkts, 0u);
+  EXPECT_EQ(conn->counters().acks_rcvd, 0u);
+  EXPECT_EQ(conn->counters().acks_sent, 0u);
+  EXPECT_EQ(conn->counters().bad_token, 0u);
+  EXPECT_THAT(sink_.packets(), IsEmpty());
+  EXPECT_TRUE(RegionUntouched());
+}
+
+TEST_F(Endpoint_OnDatagram, UnknownDestinationIsCounted) {
+  Connection* conn = *ep_.CreateConnection(Config(1));
+  ep_.OnDatagram(Instant{}, Serialize(WritePacket(9)), RxMeta{});
+  EXPECT_EQ(ep_.counters().unknown_connection, 1u);
+  EXPECT_EQ(ep_.counters().malformed, 0u);
+  EXPECT_EQ(conn->counters().rcvd_pkts, 0u);
+  EXPECT_THAT(sink_.packets(), IsEmpty());
+  EXPECT_TRUE(RegionUntouched());
+}
+
+TEST_F(Endpoint_OnDatagram, ConnectionChecksTokenThenPathBeforeAnyState) {
+  Connection* conn = *ep_.CreateConnection(Config(1));
+  wire::Packet wrong_token = WritePacket();
+  wrong_token.token = kRxToken ^ 1;
+  wire::Packet wrong_path = WritePacket();
+  wrong_path.path_id = 2;  // path_count is 2
+  ep_.OnDatagram(Instant{}, Serialize(wrong_token), RxMeta{});
+  ep_.OnDatagram(Instant{}, Serialize(wrong_path), RxMeta{});
+  EXPECT_EQ(conn->counters().bad_token, 1u);
+  EXPECT_EQ(conn->counters().bad_path, 1u);
+  EXPECT_EQ(conn->counters().rcvd_pkts, 0u);
+  EXPECT_THAT(sink_.packets(), IsEmpty());
+  EXPECT_TRUE(RegionUntouched());
+}
+
+class EndpointTimerTest : public EndpointTest {
+ protected:
+  // Posts a one-packet Write on connection `id` at `now`; its PTO becomes the deadline.
+  void PostWrite(uint32_t id, Instant now) {
+    SendWorkRequest wr;
+    wr.opcode = WrOpcode::kWrite;
+    wr.local = {mr_.addr, 64, mr_.lkey};
+    wr.remote_addr = 0x1000;
+    wr.rkey = 1;
+    ASSERT_TRUE(ep_.Find(id)->PostSend(now, wr).ok());
+  }
+};
+
+using Endpoint_NextDeadline = EndpointTimerTest;
+using Endpoint_OnTimer = EndpointTimerTest;
+
+TEST_F(Endpoint_NextDeadline, IsTheMinimumOverConnections) {
+  EXPECT_EQ(ep_.NextDeadline(), kNever);
+  ASSERT_TRUE(ep_.CreateConnection(Config(1)).ok());
+  ASSERT_TRUE(ep_.CreateConnection(Config(2)).ok());
+  EXPECT_EQ(ep_.NextDeadline(), kNever);  // idle connections have no timer
+  PostWrite(2, Instant{} + 10 * kUs);
+  const Instant d2 = ep_.Find(2)->NextDeadline();
+  ASSERT_NE(d2, kNever);
+  EXPECT_EQ(ep_.NextDeadline(), d2);
+  PostWrite(1, Instant{} + 30 * kUs);
+  const Instant d1 = ep_.Find(1)->NextDeadline();
+  EXPECT_GT(d1, d2);
+  EXPECT_EQ(ep_.NextDeadline(), d2);
+}
+
+TEST_F(Endpoint_OnTimer, RunsOnlyConnectionsThatAreDue) {
+  ASSERT_TRUE(ep_.CreateConnection(Config(1)).ok());
+  ASSERT_TRUE(ep_.CreateConnection(Config(2)).ok());
+  PostWrite(1, Instant{});
+  PostWrite(2, Instant{} + 10 * kUs);
+  sink_.Clear();
+  const Instant d1 = ep_.Find(1)->NextDeadline();
+  const Instant d2 = ep_.Find(2)->NextDeadline();
+  ASSERT_LT(d1, d2);
+
+  ep_.OnTimer(d1 + Duration(-1));
+  EXPECT_THAT(sink_.packets(), IsEmpty());
+  ep_.OnTimer(d1);  // connection 1's tail-loss probe; connection 2 is not due
+  ASSERT_EQ(sink_.packets().size(), 1u);
+  EXPECT_EQ(sink_.packets()[0].meta.conn_id, 1u);
+  EXPECT_TRUE(sink_.packets()[0].packet.flags & wire::flags::kRetransmit);
+  EXPECT_EQ(ep_.Find(2)->counters().retransmits, 0u);
+  EXPECT_EQ(ep_.Find(2)->NextDeadline(), d2);
+  sink_.Clear();
+  ep_.OnTimer(d2);
+  ASSERT_EQ(sink_.packets().size(), 1u);
+  EXPECT_EQ(sink_.packets()[0].meta.conn_id, 2u);
+}
+
+}  // namespace
+}  // namespace metaroce::core

@@ -1,0 +1,240 @@
+// Tests of lib/core/memory_table.h: registration, key assignment, and the key, bounds and access
+// checks that guard every byte the core reads or writes (docs/spec/memory.md).
+#include "lib/core/memory_table.h"
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "lib/core/types.h"
+
+namespace metaroce::core {
+namespace {
+
+constexpr uint32_t kReadOnly = 0;
+constexpr uint32_t kLocalRw = access::kLocalWrite;
+constexpr uint32_t kRemoteRw = access::kLocalWrite | access::kRemoteWrite;
+
+uint64_t AddrOf(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+TEST(MemoryTable_Register, ReportsRangeAndAccess) {
+  std::vector<std::byte> buf(4096);
+  MemoryTable table;
+  auto mr = table.Register(buf.data(), buf.size(), kRemoteRw);
+  ASSERT_TRUE(mr.ok()) << mr.status();
+  EXPECT_EQ(mr->addr, AddrOf(buf.data()));
+  EXPECT_EQ(mr->length, buf.size());
+  EXPECT_EQ(mr->access, kRemoteRw);
+  EXPECT_EQ(table.size(), 1u);
+}
+
+TEST(MemoryTable_Register, RefusesNullAndEmpty) {
+  std::vector<std::byte> buf(16);
+  MemoryTable table;
+  EXPECT_EQ(table.Register(nullptr, 16, kLocalRw).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.Register(buf.data(), 0, kLocalRw).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.size(), 0u);
+}
+
+TEST(MemoryTable_Register, RefusesUnknownAccessBits) {
+  std::vector<std::byte> buf(16);
+  MemoryTable table;
+  EXPECT_EQ(table.Register(buf.data(), buf.size(), 1u << 7).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.size(), 0u);
+}
+
+TEST(MemoryTable_Register, RemoteWriteRequiresLocalWrite) {
+  std::vector<std::byte> buf(16);
+  MemoryTable table;
+  EXPECT_EQ(table.Register(buf.data(), buf.size(), access::kRemoteWrite).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(table.Register(buf.data(), buf.size(), kRemoteRw).ok());
+}
+
+TEST(MemoryTable_Register, AcceptsEveryValidAccessCombination) {
+  std::vector<std::byte> buf(16);
+  MemoryTable table;
+  for (uint32_t a : {kReadOnly, kLocalRw, kRemoteRw, access::kRemoteRead,
+                     kRemoteRw | access::kRemoteRead}) {
+    EXPECT_TRUE(table.Register(buf.data(), buf.size(), a).ok()) << a;
+  }
+}
+
+TEST(MemoryTable_Keys, DistinctAndNeverReused) {
+  std::vector<std::byte> buf(64);
+  MemoryTable table;
+  std::set<uint32_t> lkeys, rkeys;
+  for (int round = 0; round < 50; ++round) {
+    auto mr = table.Register(buf.data(), buf.size(), kRemoteRw);
+    ASSERT_TRUE(mr.ok());
+    EXPECT_TRUE(lkeys.insert(mr->lkey).second) << "lkey reused: " << mr->lkey;
+    EXPECT_TRUE(rkeys.insert(mr->rkey).second) << "rkey reused: " << mr->rkey;
+    if (round % 2 == 0) {
+      ASSERT_TRUE(table.Deregister(mr->lkey).ok());
+    }
+  }
+  // No rkey is also an lkey: a peer that sends an lkey as an rkey gets nothing.
+  for (uint32_t r : rkeys) EXPECT_EQ(lkeys.count(r), 0u) << r;
+}
+
+TEST(MemoryTable_Deregister, UnknownKeyIsNotFound) {
+  MemoryTable table;
+  EXPECT_EQ(table.Deregister(12345).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(MemoryTable_Deregister, RevokesBothKeys) {
+  std::vector<std::byte> buf(64);
+  MemoryTable table;
+  auto mr = table.Register(buf.data(), buf.size(), kRemoteRw);
+  ASSERT_TRUE(mr.ok());
+  ASSERT_TRUE(table.Deregister(mr->lkey).ok());
+  EXPECT_EQ(table.size(), 0u);
+  std::byte* out = nullptr;
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, mr->addr, 1, false, &out), AccessError::kUnknownKey);
+  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, mr->addr, 1, &out), AccessError::kUnknownKey);
+  EXPECT_EQ(table.Deregister(mr->lkey).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(MemoryTable_Deregister, LeavesOtherRegionsAlone) {
+  std::vector<std::byte> a(64), b(64);
+  MemoryTable table;
+  auto ma = table.Register(a.data(), a.size(), kRemoteRw);
+  auto mb = table.Register(b.data(), b.size(), kRemoteRw);
+  ASSERT_TRUE(ma.ok() && mb.ok());
+  ASSERT_TRUE(table.Deregister(ma->lkey).ok());
+  std::byte* out = nullptr;
+  EXPECT_EQ(table.ResolveRemoteWrite(mb->rkey, mb->addr, 64, &out), AccessError::kNone);
+  EXPECT_EQ(out, b.data());
+}
+
+TEST(MemoryTable_ResolveLocal, InsideRegionGivesItsAddress) {
+  std::vector<std::byte> buf(4096);
+  MemoryTable table;
+  auto mr = table.Register(buf.data(), buf.size(), kLocalRw);
+  ASSERT_TRUE(mr.ok());
+  std::byte* out = nullptr;
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, mr->addr, 4096, true, &out), AccessError::kNone);
+  EXPECT_EQ(out, buf.data());
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, mr->addr + 100, 3996, false, &out), AccessError::kNone);
+  EXPECT_EQ(out, buf.data() + 100);
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, mr->addr + 4095, 1, true, &out), AccessError::kNone);
+  EXPECT_EQ(out, buf.data() + 4095);
+}
+
+TEST(MemoryTable_ResolveLocal, UnknownKey) {
+  std::vector<std::byte> buf(64);
+  MemoryTable table;
+  auto mr = table.Register(buf.data(), buf.size(), kRemoteRw);
+  ASSERT_TRUE(mr.ok());
+  std::byte* out = nullptr;
+  EXPECT_EQ(table.ResolveLocal(mr->lkey + 1, mr->addr, 1, false, &out), AccessError::kUnknownKey);
+  // An rkey is not an lkey.
+  EXPECT_EQ(table.ResolveLocal(mr->rkey, mr->addr, 1, false, &out), AccessError::kUnknownKey);
+}
+
+TEST(MemoryTable_ResolveLocal, OutOfBounds) {
+  std::vector<std::byte> buf(4096);
+  MemoryTable table;
+  auto mr = table.Register(buf.data() + 1024, 1024, kLocalRw);
+  ASSERT_TRUE(mr.ok());
+  std::byte* out = nullptr;
+  const uint64_t a = mr->addr;
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, a - 1, 1, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, a - 1, 2, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, a, 1025, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, a + 1023, 2, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, a + 1024, 1, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, a + 4096, 1, false, &out), AccessError::kOutOfBounds);
+}
+
+TEST(MemoryTable_ResolveLocal, ArithmeticDoesNotWrap) {
+  std::vector<std::byte> buf(4096);
+  MemoryTable table;
+  auto mr = table.Register(buf.data(), buf.size(), kLocalRw);
+  ASSERT_TRUE(mr.ok());
+  std::byte* out = nullptr;
+  // addr + length overflows 64 bits back into the region.
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, mr->addr + 1, UINT64_MAX, false, &out),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, UINT64_MAX, 2, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(mr->lkey, 0, mr->addr + 1, false, &out), AccessError::kOutOfBounds);
+}
+
+TEST(MemoryTable_ResolveLocal, WriteNeedsLocalWrite) {
+  std::vector<std::byte> buf(64);
+  MemoryTable table;
+  auto ro = table.Register(buf.data(), buf.size(), kReadOnly);
+  ASSERT_TRUE(ro.ok());
+  std::byte* out = nullptr;
+  EXPECT_EQ(table.ResolveLocal(ro->lkey, ro->addr, 8, true, &out), AccessError::kNotPermitted);
+  EXPECT_EQ(table.ResolveLocal(ro->lkey, ro->addr, 8, false, &out), AccessError::kNone);
+}
+
+TEST(MemoryTable_ResolveRemoteWrite, InsideRegionGivesItsAddress) {
+  std::vector<std::byte> buf(8192);
+  MemoryTable table;
+  auto mr = table.Register(buf.data(), buf.size(), kRemoteRw);
+  ASSERT_TRUE(mr.ok());
+  std::byte* out = nullptr;
+  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, mr->addr + 4096, 4096, &out), AccessError::kNone);
+  EXPECT_EQ(out, buf.data() + 4096);
+}
+
+TEST(MemoryTable_ResolveRemoteWrite, NeedsRemoteWriteAccess) {
+  std::vector<std::byte> buf(64);
+  MemoryTable table;
+  for (uint32_t a : {kReadOnly, kLocalRw, access::kRemoteRead}) {
+    auto mr = table.Register(buf.data(), buf.size(), a);
+    ASSERT_TRUE(mr.ok());
+    std::byte* out = nullptr;
+    EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, mr->addr, 8, &out), AccessError::kNotPermitted)
+        << a;
+  }
+}
+
+TEST(MemoryTable_ResolveRemoteWrite, LkeyIsNotAnRkey) {
+  std::vector<std::byte> buf(64);
+  MemoryTable table;
+  auto mr = table.Register(buf.data(), buf.size(), kRemoteRw);
+  ASSERT_TRUE(mr.ok());
+  std::byte* out = nullptr;
+  EXPECT_EQ(table.ResolveRemoteWrite(mr->lkey, mr->addr, 8, &out), AccessError::kUnknownKey);
+  EXPECT_EQ(table.ResolveRemoteWrite(0, mr->addr, 8, &out), AccessError::kUnknownKey);
+}
+
+TEST(MemoryTable_ResolveRemoteWrite, OutOfBoundsAndNoWrap) {
+  std::vector<std::byte> buf(4096);
+  MemoryTable table;
+  auto mr = table.Register(buf.data() + 1024, 2048, kRemoteRw);
+  ASSERT_TRUE(mr.ok());
+  std::byte* out = nullptr;
+  const uint64_t a = mr->addr;
+  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, a - 1, 1, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, a + 2047, 2, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, a + 2048, 1, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, a + 8, UINT64_MAX - 4, &out),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, UINT64_MAX, 1, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, a + 2047, 1, &out), AccessError::kNone);
+}
+
+TEST(MemoryTable_ResolveRemoteWrite, RangeSpanningTwoRegionsIsRefused) {
+  std::vector<std::byte> buf(128);
+  MemoryTable table;
+  auto lo = table.Register(buf.data(), 64, kRemoteRw);
+  auto hi = table.Register(buf.data() + 64, 64, kRemoteRw);
+  ASSERT_TRUE(lo.ok() && hi.ok());
+  std::byte* out = nullptr;
+  EXPECT_EQ(table.ResolveRemoteWrite(lo->rkey, lo->addr + 32, 64, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(hi->rkey, lo->addr + 32, 64, &out), AccessError::kOutOfBounds);
+  // Each key covers exactly its own region, even where the address belongs to the other.
+  EXPECT_EQ(table.ResolveRemoteWrite(lo->rkey, hi->addr, 1, &out), AccessError::kOutOfBounds);
+}
+
+}  // namespace
+}  // namespace metaroce::core

@@ -1,0 +1,698 @@
+// Sender (the requester half of Connection): spraying, segmentation, windows, loss recovery, path
+// health and rotation, RNR, retry limit and completions. Driven through Connection with a
+// RecordingSink and hand-built ACKs on a mock clock; assertions read a log of what was sent (one
+// line per packet, testing::Describe) and when.
+#include "lib/core/sender.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "lib/core/connection.h"
+#include "tests/support/recording_sink.h"
+
+namespace metaroce::core {
+namespace {
+
+using ::metaroce::testing::RecordedPacket;
+using ::metaroce::testing::RecordingSink;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using ::testing::StartsWith;
+
+constexpr Duration kUs = std::chrono::microseconds(1);
+constexpr uint32_t kMtu = 1024;
+constexpr uint64_t kRxToken = 0xa1a2a3a4a5a6a7a8ull;
+constexpr uint64_t kTxToken = 0xb1b2b3b4b5b6b7b8ull;
+constexpr uint64_t kRemoteAddr = 0x7f0000100000ull;
+constexpr uint32_t kRkey = 0x5a5a0100;
+
+Instant At(Duration d) { return Instant{} + d; }
+
+// Timers: a PTO of max(min_probe_timeout, ...) = 50 us before any RTT sample, whichever way the
+// estimator treats rttvar before its first sample (initial_rtt 10 us).
+ConnectionConfig RequesterConfig(uint16_t paths) {
+  ConnectionConfig c;
+  c.local_conn_id = 1;
+  c.remote_conn_id = 2;
+  c.rx_token = kRxToken;
+  c.tx_token = kTxToken;
+  c.path_count = paths;
+  c.mtu = kMtu;
+  c.initial_rtt = 10 * kUs;
+  c.min_probe_timeout = 50 * kUs;
+  return c;
+}
+
+std::string EventLine(const PathEvent& e) {
+  const std::string at = " @" + std::to_string(e.at.ns / 1000) + "us";
+  if (e.kind == PathEvent::Kind::kPortRotated) {
+    return "path " + std::to_string(e.path_id) + " rotated " +
+           std::string(PathEventReasonName(e.reason)) + at;
+  }
+  return "path " + std::to_string(e.path_id) + " " + std::string(PathStateName(e.from)) + "->" +
+         std::string(PathStateName(e.to)) + " " + std::string(PathEventReasonName(e.reason)) + at;
+}
+
+struct Requester {
+  explicit Requester(const ConnectionConfig& c) : src(512 * 1024), conn(c, memory, sink) {
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 13 + 5) & 0xff);
+    mr = *memory.Register(src.data(), src.size(), access::kLocalWrite);
+  }
+
+  SendWorkRequest Wr(uint64_t wr_id, WrOpcode op, uint32_t offset, uint32_t len,
+                     uint32_t flags = send_flags::kSignaled) const {
+    SendWorkRequest wr;
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.flags = flags;
+    wr.local = {mr.addr + offset, len, mr.lkey};
+    if (op == WrOpcode::kWrite || op == WrOpcode::kWriteWithImm) {
+      wr.remote_addr = kRemoteAddr + offset;
+      wr.rkey = kRkey;
+    }
+    return wr;
+  }
+  void Post(Instant now, const SendWorkRequest& wr) { ASSERT_TRUE(conn.PostSend(now, wr).ok()); }
+  void PostWrite(Instant now, uint64_t wr_id, uint32_t len, uint32_t flags = send_flags::kSignaled) {
+    Post(now, Wr(wr_id, WrOpcode::kWrite, 0, len, flags));
+  }
+
+  // An ACK for `path`: every PSN below `cum` and those in `sack` arrived.
+  static wire::Packet Ack(uint16_t path, uint32_t cum, uint32_t ack_psn,
+                          std::initializer_list<uint32_t> sack = {}, uint16_t flags = 0) {
+    wire::Packet p;
+    p.opcode = wire::Opcode::kAck;
+    p.flags = flags;
+    p.dest_conn = 1;
+    p.path_id = path;
+    p.token = kRxToken;
+    p.ack.cum_psn = cum;
+    p.ack.ack_psn = ack_psn;
+    for (uint32_t psn : sack) p.ack.sack.Set(psn - cum - 1);
+    return p;
+  }
+  static wire::Packet Nak(uint16_t path, uint32_t cum, uint32_t psn, wire::Syndrome s,
+                          uint32_t msg_seq, uint16_t rnr_delay_us = 0) {
+    wire::Packet p = Ack(path, cum, psn);
+    p.ack.syndrome = s;
+    p.ack.msg_seq = msg_seq;
+    p.ack.rnr_delay_us = rnr_delay_us;
+    return p;
+  }
+  void Feed(Instant now, const wire::Packet& p) {
+    conn.OnPacket(now, p, RxMeta{.src_port = wire::kDefaultUdpPort});
+  }
+  // Runs every timer due up to and including `until`, in order.
+  void RunTimersUntil(Instant until) {
+    for (Instant t = conn.NextDeadline(); t <= until; t = conn.NextDeadline()) conn.OnTimer(t);
+  }
+
+  std::vector<std::string> Log() {
+    std::vector<std::string> out;
+    for (const RecordedPacket& r : sink.packets()) out.push_back(testing::Describe(r.packet));
+    sink.Clear();
+    return out;
+  }
+  std::vector<uint64_t> CompletedIds(std::vector<WcStatus>* statuses = nullptr) {
+    std::vector<Completion> c(64);
+    c.resize(conn.PollCompletions(c));
+    std::vector<uint64_t> ids;
+    for (const Completion& x : c) {
+      ids.push_back(x.wr_id);
+      if (statuses != nullptr) statuses->push_back(x.status);
+    }
+    return ids;
+  }
+  std::vector<PathEvent> RawEvents() {
+    std::vector<PathEvent> e(64);
+    e.resize(conn.PollEvents(e));
+    return e;
+  }
+  std::vector<std::string> Events() {
+    std::vector<std::string> out;
+    for (const PathEvent& e : RawEvents()) out.push_back(EventLine(e));
+    return out;
+  }
+
+  RecordingSink sink;
+  MemoryTable memory;
+  std::vector<std::byte> src;
+  MemoryRegion mr;
+  Connection conn;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Spraying and segmentation
+
+TEST(Sender_Spray, RoundRobinOverPathsWithPerPathPsnsFromZero) {
+  Requester r(RequesterConfig(4));
+  r.PostWrite(At(0 * kUs), 1, 6 * kMtu);
+  EXPECT_THAT(r.sink.packets()[1].meta.src_port, 49153);
+  EXPECT_THAT(r.sink.packets()[1].meta.dst_port, wire::kDefaultUdpPort);
+  const wire::Packet& p = r.sink.packets()[5].packet;
+  EXPECT_EQ(p.dest_conn, 2u);
+  EXPECT_EQ(p.token, kTxToken);
+  EXPECT_EQ(p.data.msg_len, 6 * kMtu);
+  EXPECT_EQ(p.data.rkey, kRkey);
+  EXPECT_EQ(p.data.remote_addr, kRemoteAddr + 5 * kMtu);
+  EXPECT_TRUE(std::equal(p.payload.begin(), p.payload.end(), r.src.begin() + 5 * kMtu));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024",
+                                   "path 1 WRITE psn 0 msg 0 off 1024 len 1024",
+                                   "path 2 WRITE psn 0 msg 0 off 2048 len 1024",
+                                   "path 3 WRITE psn 0 msg 0 off 3072 len 1024",
+                                   "path 0 WRITE psn 1 msg 0 off 4096 len 1024",
+                                   "path 1 WRITE psn 1 msg 0 off 5120 len 1024 ACK_REQ"));
+  // The next message continues after the path used last.
+  r.PostWrite(At(1 * kUs), 2, 100);
+  EXPECT_THAT(r.Log(), ElementsAre("path 2 WRITE psn 1 msg 1 off 0 len 100 ACK_REQ"));
+}
+
+TEST(Sender_Segmentation, LastPacketShorterAndZeroLengthIsOneEmptyPacket) {
+  Requester r(RequesterConfig(1));
+  r.PostWrite(At(0 * kUs), 1, 2500);
+  r.PostWrite(At(0 * kUs), 2, 0);
+  ASSERT_THAT(r.sink.packets(), SizeIs(4));
+  EXPECT_EQ(r.sink.packets()[2].packet.data.msg_len, 2500u);
+  EXPECT_EQ(r.sink.packets()[2].packet.data.remote_addr, kRemoteAddr + 2048);
+  EXPECT_EQ(r.sink.packets()[3].packet.data.msg_len, 0u);
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024",
+                                   "path 0 WRITE psn 1 msg 0 off 1024 len 1024",
+                                   "path 0 WRITE psn 2 msg 0 off 2048 len 452 ACK_REQ",
+                                   "path 0 WRITE psn 3 msg 1 off 0 len 0 ACK_REQ"));
+}
+
+TEST(Sender_Segmentation, RecvSeqCountsOnlyRequestsThatConsumeAReceive) {
+  Requester r(RequesterConfig(1));
+  SendWorkRequest send_imm = r.Wr(3, WrOpcode::kSendWithImm, 0, 10);
+  send_imm.imm = 0xabcd;
+  SendWorkRequest write_imm = r.Wr(4, WrOpcode::kWriteWithImm, 0, 10);
+  write_imm.imm = 0x1234;
+  r.Post(At(0 * kUs), r.Wr(1, WrOpcode::kSend, 0, 10));
+  r.Post(At(0 * kUs), r.Wr(2, WrOpcode::kWrite, 0, 10));
+  r.Post(At(0 * kUs), send_imm);
+  r.Post(At(0 * kUs), write_imm);
+  std::vector<std::tuple<std::string, uint32_t, uint32_t>> got;
+  for (const RecordedPacket& p : r.sink.packets()) {
+    got.emplace_back(wire::OpcodeName(p.packet.opcode), p.packet.data.recv_seq, p.packet.data.imm);
+  }
+  EXPECT_THAT(got, ElementsAre(std::make_tuple("SEND", 0u, 0u), std::make_tuple("WRITE", 0u, 0u),
+                               std::make_tuple("SEND_IMM", 1u, 0xabcdu),
+                               std::make_tuple("WRITE_IMM", 2u, 0x1234u)));
+  EXPECT_EQ(r.sink.packets()[0].packet.data.rkey, 0u);  // Sends carry no remote address
+  EXPECT_EQ(r.sink.packets()[0].packet.data.remote_addr, 0u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Windows
+
+TEST(Sender_Cwnd, LimitsBytesInFlightPerPath) {
+  ConnectionConfig c = RequesterConfig(2);
+  c.min_cwnd_bytes = c.initial_cwnd_bytes = 4 * kMtu;
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024",
+                                   "path 1 WRITE psn 0 msg 0 off 1024 len 1024",
+                                   "path 0 WRITE psn 1 msg 0 off 2048 len 1024",
+                                   "path 1 WRITE psn 1 msg 0 off 3072 len 1024",
+                                   "path 0 WRITE psn 2 msg 0 off 4096 len 1024",
+                                   "path 1 WRITE psn 2 msg 0 off 5120 len 1024",
+                                   "path 0 WRITE psn 3 msg 0 off 6144 len 1024 ACK_REQ",
+                                   "path 1 WRITE psn 3 msg 0 off 7168 len 1024 ACK_REQ"));
+  for (uint16_t p : {0, 1}) {
+    EXPECT_EQ(r.conn.path_stats(p).inflight_bytes, 4096u);
+    EXPECT_EQ(r.conn.path_stats(p).cwnd_bytes, 4096u);
+  }
+  // Two packets acknowledged: in slow start cwnd grows by the 2048 bytes to 6144; with 2048
+  // still in flight, four more fit, the last one filling the window.
+  r.Feed(At(10 * kUs), Requester::Ack(0, 2, 1));
+  EXPECT_EQ(r.conn.path_stats(0).cwnd_bytes, 6144u);
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 4 msg 0 off 8192 len 1024",
+                                   "path 0 WRITE psn 5 msg 0 off 9216 len 1024",
+                                   "path 0 WRITE psn 6 msg 0 off 10240 len 1024",
+                                   "path 0 WRITE psn 7 msg 0 off 11264 len 1024 ACK_REQ"));
+  EXPECT_EQ(r.conn.path_stats(0).inflight_bytes, 6144u);
+  EXPECT_EQ(r.conn.path_stats(1).inflight_bytes, 4096u);
+}
+
+TEST(Sender_Cwnd, AnEmptyPathMaySendOnePacketLargerThanItsWindow) {
+  ConnectionConfig c = RequesterConfig(1);
+  c.min_cwnd_bytes = c.initial_cwnd_bytes = c.max_cwnd_bytes = 512;
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 3 * kMtu);
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024 ACK_REQ"));
+  EXPECT_EQ(r.conn.path_stats(0).inflight_bytes, 1024u);
+  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 1 msg 0 off 1024 len 1024 ACK_REQ"));
+}
+
+ConnectionConfig ManySmallPackets() {
+  ConnectionConfig c = RequesterConfig(1);
+  c.mtu = 64;
+  c.min_cwnd_bytes = 64;
+  c.initial_cwnd_bytes = 1u << 20;
+  return c;
+}
+
+TEST(Sender_PsnWindow, AtMost256PsnsOutstandingPerPath) {
+  Requester r(ManySmallPackets());
+  r.PostWrite(At(0 * kUs), 1, 300 * 64);
+  EXPECT_THAT(r.sink.packets(), SizeIs(256));
+  EXPECT_THAT(testing::Describe(r.sink.packets().back().packet), StartsWith("path 0 WRITE psn 255 "));
+  r.sink.Clear();
+  r.Feed(At(10 * kUs), Requester::Ack(0, 10, 9));
+  const std::vector<std::string> log = r.Log();
+  ASSERT_THAT(log, SizeIs(10));
+  EXPECT_EQ(log.front(), "path 0 WRITE psn 256 msg 0 off 16384 len 64");
+  EXPECT_THAT(log.back(), StartsWith("path 0 WRITE psn 265 msg 0 off 16960 len 64"));
+}
+
+// paths-and-recovery.md §2.2: ACK_REQ MUST be set on a packet after which the path cannot send
+// another one, including when next_psn - snd_una reaches 256.
+TEST(Sender_AckRequest, SetWhenThePsnWindowFills) {
+  Requester r(ManySmallPackets());
+  r.PostWrite(At(0 * kUs), 1, 300 * 64);
+  ASSERT_THAT(r.sink.packets(), SizeIs(256));
+  EXPECT_TRUE(r.sink.packets()[255].packet.flags & wire::flags::kAckRequest);
+  for (int i = 0; i < 255; ++i) {
+    EXPECT_FALSE(r.sink.packets()[i].packet.flags & wire::flags::kAckRequest) << i;
+  }
+}
+
+TEST(Sender_WindowHint, CapsAPathsWindow) {
+  Requester r(RequesterConfig(1));
+  r.PostWrite(At(0 * kUs), 1, 32 * kMtu);
+  ASSERT_THAT(r.Log(), SizeIs(32));
+  wire::Packet ack = Requester::Ack(0, 32, 31);
+  ack.ack.window_hint = 4096;
+  r.Feed(At(10 * kUs), ack);
+  EXPECT_EQ(r.conn.path_stats(0).window_hint_bytes, 4096u);
+  r.PostWrite(At(11 * kUs), 2, 16 * kMtu);
+  EXPECT_THAT(r.Log(), SizeIs(4));
+  EXPECT_EQ(r.conn.path_stats(0).inflight_bytes, 4096u);
+  // A hint of 0 lifts the cap.
+  wire::Packet no_hint = Requester::Ack(0, 34, 33);
+  r.Feed(At(20 * kUs), no_hint);
+  EXPECT_EQ(r.conn.path_stats(0).window_hint_bytes, 0u);
+  EXPECT_THAT(r.Log(), SizeIs(12));
+}
+
+TEST(Sender_Ecn, EchoedMarksReduceTheWindow) {
+  Requester r(RequesterConfig(1));
+  r.PostWrite(At(0 * kUs), 1, 8 * kMtu);
+  r.Feed(At(10 * kUs), Requester::Ack(0, 4, 3));
+  const uint32_t before = r.conn.path_stats(0).cwnd_bytes;
+  EXPECT_GT(before, 64u * 1024);  // unmarked: the window grew
+  wire::Packet marked = Requester::Ack(0, 8, 7);
+  marked.ack.ce_count = 4;  // all four newly acknowledged packets were marked
+  r.Feed(At(30 * kUs), marked);
+  const PathStats s = r.conn.path_stats(0);
+  EXPECT_EQ(s.ce_marks, 4u);
+  EXPECT_DOUBLE_EQ(s.ecn_fraction, 1.0 / 16);
+  EXPECT_EQ(s.cwnd_bytes, static_cast<uint32_t>(before * (1 - 1.0 / 32)));
+}
+
+// congestion.md §2: Δce = ce_count − last, where last starts at 0 (the responder's count starts
+// at 0): marks echoed in the first ACK of a path count.
+TEST(Sender_Ecn, MarksInTheFirstAckCount) {
+  Requester r(RequesterConfig(1));
+  r.PostWrite(At(0 * kUs), 1, 4 * kMtu);
+  wire::Packet ack = Requester::Ack(0, 4, 3);
+  ack.ack.ce_count = 3;
+  r.Feed(At(10 * kUs), ack);
+  EXPECT_EQ(r.conn.path_stats(0).ce_marks, 3u);
+  EXPECT_GT(r.conn.path_stats(0).ecn_fraction, 0.0);
+}
+
+// congestion.md §2: "a new ACK contributes Δce = ce_count − last if that signed 32-bit difference
+// is positive (reordered ACKs contribute 0)", and the highest ce_count is kept.
+TEST(Sender_Ecn, ReorderedAckContributesNoMarks) {
+  Requester r(RequesterConfig(1));
+  r.PostWrite(At(0 * kUs), 1, 8 * kMtu);
+  wire::Packet a0 = Requester::Ack(0, 2, 1);
+  wire::Packet a3 = Requester::Ack(0, 4, 3);
+  a3.ack.ce_count = 3;
+  wire::Packet a5 = Requester::Ack(0, 6, 5);
+  a5.ack.ce_count = 5;
+  wire::Packet a6 = Requester::Ack(0, 8, 7);
+  a6.ack.ce_count = 6;
+  r.Feed(At(10 * kUs), a0);
+  r.Feed(At(11 * kUs), a5);
+  r.Feed(At(12 * kUs), a3);  // overtaken by a5 on the way back
+  EXPECT_EQ(r.conn.path_stats(0).ce_marks, 5u);
+  r.Feed(At(13 * kUs), a6);
+  EXPECT_EQ(r.conn.path_stats(0).ce_marks, 6u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loss recovery
+
+TEST(Sender_Gap, RetransmitsExactlyTheMissingPsnOnItsPathOnce) {
+  Requester r(RequesterConfig(2));
+  r.PostWrite(At(0 * kUs), 1, 8 * kMtu);
+  r.sink.Clear();
+  r.Feed(At(10 * kUs), Requester::Ack(1, 1, 2, {2}));  // PSN 1 of path 1 is missing
+  EXPECT_THAT(r.Log(), ElementsAre("path 1 WRITE psn 1 msg 0 off 3072 len 1024 ACK_REQ RETX"));
+  r.Feed(At(11 * kUs), Requester::Ack(1, 1, 3, {2, 3}));  // same gap, older news
+  EXPECT_THAT(r.Log(), IsEmpty());
+  EXPECT_EQ(r.conn.counters().gap_retransmits, 1u);
+  EXPECT_EQ(r.conn.path_stats(1).retransmits, 1u);
+  EXPECT_EQ(r.conn.path_stats(0).retransmits, 0u);
+  r.Feed(At(20 * kUs), Requester::Ack(1, 4, 1));
+  r.Feed(At(20 * kUs), Requester::Ack(0, 4, 3));
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
+  EXPECT_THAT(r.Log(), IsEmpty());
+}
+
+TEST(Sender_Pto, TailLossProbeAtTheComputedTimeWithDoublingBackoff) {
+  ConnectionConfig c = RequesterConfig(1);
+  c.fail_after_timeouts = 10;
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 4 * kMtu);
+  r.sink.Clear();
+  // RTT sample 20 us: srtt 20, rttvar 10, PTO = 20 + 4 * 10 = 60 us from this ACK.
+  r.Feed(At(20 * kUs), Requester::Ack(0, 2, 1));
+  EXPECT_EQ(r.conn.NextDeadline(), At(80 * kUs));
+  r.conn.OnTimer(At(80 * kUs) + Duration(-1));
+  EXPECT_THAT(r.Log(), IsEmpty());
+  r.conn.OnTimer(At(80 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r.conn.path_stats(0).state, PathState::kSuspect);
+  EXPECT_EQ(r.conn.NextDeadline(), At(200 * kUs));  // 2 x 60 us
+  r.conn.OnTimer(At(200 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r.conn.NextDeadline(), At(440 * kUs));  // 4 x 60 us
+  EXPECT_EQ(r.conn.counters().timeout_retransmits, 2u);
+  EXPECT_EQ(r.conn.path_stats(0).timeouts, 2u);
+  // Progress: back to Active, nothing outstanding, no timer.
+  r.Feed(At(450 * kUs), Requester::Ack(0, 4, 3));
+  EXPECT_EQ(r.conn.path_stats(0).state, PathState::kActive);
+  EXPECT_EQ(r.conn.NextDeadline(), kNever);
+  EXPECT_THAT(r.Events(), ElementsAre("path 0 active->suspect timeout @80us",
+                                      "path 0 suspect->active progress @450us"));
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
+}
+
+// Two paths; path 0 delivers, path 1 is black-holed from t=0. PTOs of path 1 expire at 50, 150
+// and 350 us (50 us doubling); the third is fail_after_timeouts = 3.
+std::unique_ptr<Requester> PathOneAboutToFail() {
+  auto r = std::make_unique<Requester>(RequesterConfig(2));
+  r->PostWrite(At(0 * kUs), 1, 4 * kMtu);
+  EXPECT_THAT(r->Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024",
+                                    "path 1 WRITE psn 0 msg 0 off 1024 len 1024",
+                                    "path 0 WRITE psn 1 msg 0 off 2048 len 1024",
+                                    "path 1 WRITE psn 1 msg 0 off 3072 len 1024 ACK_REQ"));
+  r->Feed(At(10 * kUs), Requester::Ack(0, 2, 1));
+  EXPECT_EQ(r->conn.NextDeadline(), At(50 * kUs));
+  r->conn.OnTimer(At(50 * kUs));
+  EXPECT_EQ(r->conn.NextDeadline(), At(150 * kUs));
+  r->conn.OnTimer(At(150 * kUs));
+  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 0 off 3072 len 1024 ACK_REQ RETX",
+                                    "path 1 WRITE psn 1 msg 0 off 3072 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r->conn.NextDeadline(), At(350 * kUs));
+  return r;
+}
+
+TEST(Sender_Health, FailedPathReroutesRotatesProbesAndComesBack) {
+  std::unique_ptr<Requester> r = PathOneAboutToFail();
+  r->conn.OnTimer(At(350 * kUs));
+  // The data of path 1 goes out again on path 0 under new PSNs; path 1 probes on a new port.
+  std::vector<std::tuple<uint16_t, uint32_t, uint32_t>> moved;
+  std::vector<std::string> probes;
+  for (const RecordedPacket& p : r->sink.packets()) {
+    if (p.packet.opcode == wire::Opcode::kProbe) probes.push_back(testing::Describe(p.packet));
+    if (wire::IsData(p.packet.opcode) && p.packet.path_id == 0) {
+      moved.emplace_back(p.packet.path_id, p.packet.psn, p.packet.data.offset);
+    }
+  }
+  r->sink.Clear();
+  EXPECT_THAT(probes, ElementsAre("path 1 PROBE psn 2"));  // psn = snd_una = next_psn
+  EXPECT_THAT(moved, ElementsAre(std::make_tuple(0, 2u, 1024u), std::make_tuple(0, 3u, 3072u)));
+  EXPECT_EQ(r->conn.counters().rerouted_packets, 2u);
+
+  std::vector<PathEvent> events = r->RawEvents();
+  std::vector<std::string> lines;
+  for (const PathEvent& e : events) lines.push_back(EventLine(e));
+  EXPECT_THAT(lines, ElementsAre("path 1 active->suspect timeout @50us",
+                                 "path 1 suspect->failed failed @350us",
+                                 "path 1 rotated failed @350us",
+                                 "path 1 failed->probing failed @350us"));
+  ASSERT_THAT(events, SizeIs(4));
+  EXPECT_EQ(events[2].old_port, 49153);
+  EXPECT_NE(events[2].new_port, 49153);
+  EXPECT_NE(events[2].new_port, 49152);
+  PathStats s1 = r->conn.path_stats(1);
+  EXPECT_EQ(s1.state, PathState::kProbing);
+  EXPECT_EQ(s1.src_port, events[2].new_port);
+  EXPECT_EQ(s1.inflight_bytes, 0u);
+  EXPECT_EQ(s1.rotations, 1u);
+
+  // The probe is answered: Active again, and new data uses the PSN the responder now expects.
+  r->Feed(At(360 * kUs), Requester::Ack(1, 2, 2, {}, wire::flags::kProbeReply));
+  EXPECT_THAT(r->Events(), ElementsAre("path 1 probing->active probe_reply @360us"));
+  r->Feed(At(365 * kUs), Requester::Ack(0, 4, 3));
+  EXPECT_THAT(r->CompletedIds(), ElementsAre(1));
+  r->PostWrite(At(370 * kUs), 2, 2 * kMtu);
+  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 2 msg 1 off 0 len 1024",
+                                    "path 0 WRITE psn 4 msg 1 off 1024 len 1024 ACK_REQ"));
+}
+
+// paths-and-recovery.md §6: on the expiry that reaches fail_after_timeouts the path fails; the
+// tail-loss probe is only for the "otherwise" case.
+TEST(Sender_Health, TheFailingExpirySendsNoTailProbeOnTheDeadPath) {
+  std::unique_ptr<Requester> r = PathOneAboutToFail();
+  r->conn.OnTimer(At(350 * kUs));
+  for (const RecordedPacket& p : r->sink.packets()) {
+    EXPECT_FALSE(wire::IsData(p.packet.opcode) && p.packet.path_id == 1)
+        << testing::Describe(p.packet);
+  }
+}
+
+// paths-and-recovery.md §2.3: "Data units moved to another path (§7.3) are new transmissions
+// there (new PSN, subject to §2.1) and carry RETRANSMIT | ACK_REQ."
+TEST(Sender_Reroute, MovedDataCarriesRetransmitAndAckRequest) {
+  std::unique_ptr<Requester> r = PathOneAboutToFail();
+  r->conn.OnTimer(At(350 * kUs));
+  std::vector<std::string> moved;
+  for (const RecordedPacket& p : r->sink.packets()) {
+    if (wire::IsData(p.packet.opcode) && p.packet.path_id == 0) {
+      moved.push_back(testing::Describe(p.packet));
+    }
+  }
+  EXPECT_THAT(moved, ElementsAre("path 0 WRITE psn 2 msg 0 off 1024 len 1024 ACK_REQ RETX",
+                                 "path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rotation
+
+TEST(Sender_Rotation, HoldDownDefersASecondRotation) {
+  ConnectionConfig c = RequesterConfig(2);
+  c.rotation_holddown = 200 * kUs;
+  Requester r(c);
+  ASSERT_TRUE(r.conn.RequestRotation(At(0 * kUs), 1).ok());
+  EXPECT_THAT(r.Log(), ElementsAre("path 1 PROBE psn 0"));
+  r.Feed(At(5 * kUs), Requester::Ack(1, 0, 0, {}, wire::flags::kProbeReply));
+  EXPECT_THAT(r.Events(), ElementsAre("path 1 rotated manual @0us",
+                                      "path 1 active->probing manual @0us",
+                                      "path 1 probing->active probe_reply @5us"));
+  const uint16_t port = r.conn.path_stats(1).src_port;
+  ASSERT_TRUE(r.conn.RequestRotation(At(100 * kUs), 1).ok());
+  EXPECT_THAT(r.Log(), IsEmpty());
+  EXPECT_THAT(r.Events(), IsEmpty());
+  EXPECT_EQ(r.conn.path_stats(1).src_port, port);
+  EXPECT_EQ(r.conn.NextDeadline(), At(200 * kUs));
+  r.conn.OnTimer(At(200 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 1 PROBE psn 0"));
+  EXPECT_THAT(r.Events(), ElementsAre("path 1 rotated manual @200us",
+                                      "path 1 active->probing manual @200us"));
+  EXPECT_NE(r.conn.path_stats(1).src_port, port);
+}
+
+TEST(Sender_Rotation, NewPortIsInRangeAndDiffersFromEveryPathsPort) {
+  ConnectionConfig c = RequesterConfig(4);
+  c.port_base = 50000;
+  c.rotate_port_lo = 50000;
+  c.rotate_port_hi = 50009;  // 10 ports for 4 paths: collisions are likely unless avoided
+  Requester r(c);
+  for (int k = 0; k < 60; ++k) {
+    const uint16_t path = static_cast<uint16_t>(k % 4);
+    std::set<uint16_t> others;
+    for (uint16_t i = 0; i < 4; ++i) {
+      if (i != path) others.insert(r.conn.path_stats(i).src_port);
+    }
+    const uint16_t old = r.conn.path_stats(path).src_port;
+    ASSERT_TRUE(r.conn.RequestRotation(At(k * 200 * kUs), path).ok());
+    const std::vector<PathEvent> events = r.RawEvents();
+    ASSERT_FALSE(events.empty());
+    ASSERT_EQ(events[0].kind, PathEvent::Kind::kPortRotated);
+    const uint16_t port = events[0].new_port;
+    EXPECT_EQ(events[0].old_port, old);
+    EXPECT_GE(port, 50000);
+    EXPECT_LE(port, 50009);
+    EXPECT_NE(port, old) << "rotation " << k;
+    EXPECT_FALSE(others.contains(port)) << "rotation " << k << " took port " << port;
+    EXPECT_EQ(r.conn.path_stats(path).src_port, port);
+  }
+}
+
+// paths-and-recovery.md §8: the new port differs "from the current port, from the current ports of
+// the other paths of the connection and from udp_port".
+TEST(Sender_Rotation, NeverPicksTheDataPort) {
+  ConnectionConfig c = RequesterConfig(2);
+  c.rotate_port_lo = wire::kDefaultUdpPort - 2;
+  c.rotate_port_hi = wire::kDefaultUdpPort + 7;
+  Requester r(c);
+  for (int k = 0; k < 60; ++k) {
+    ASSERT_TRUE(r.conn.RequestRotation(At(k * 200 * kUs), static_cast<uint16_t>(k % 2)).ok());
+    for (const PathEvent& e : r.RawEvents()) {
+      if (e.kind == PathEvent::Kind::kPortRotated) {
+        EXPECT_NE(e.new_port, wire::kDefaultUdpPort) << "rotation " << k;
+      }
+    }
+  }
+}
+
+// paths-and-recovery.md §7.3: "When a path becomes Failed (and likewise when an Active or Suspect
+// path is rotated), every data unit outstanding on it is moved", and §8: the PROBE carries
+// psn = next_psn.
+TEST(Sender_Rotation, RotatingABusyPathKeepsItsDataAndProbesFromSndUna) {
+  // [R7] only failure abandons a PSN space; a rotated working path's packets are still on
+  // their way and are acknowledged as usual, so nothing moves and the probe names snd_una.
+  Requester r(RequesterConfig(2));
+  r.PostWrite(At(0 * kUs), 1, 4 * kMtu);
+  r.sink.Clear();
+  ASSERT_TRUE(r.conn.RequestRotation(At(1 * kUs), 1).ok());
+  EXPECT_THAT(r.Log(), ElementsAre("path 1 PROBE psn 0"));
+  EXPECT_EQ(r.conn.counters().rerouted_packets, 0u);
+  EXPECT_EQ(r.conn.path_stats(1).inflight_bytes, 2 * kMtu);
+  EXPECT_EQ(r.conn.path_stats(1).state, PathState::kProbing);
+  // The old copies are acknowledged on the path and the message completes.
+  r.Feed(At(5 * kUs), Requester::Ack(0, 2, 1));
+  r.Feed(At(5 * kUs), Requester::Ack(1, 2, 1));
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// RNR, retry limit, errors
+
+TEST(Sender_Rnr, RetryWaitsForTheDelayAndDoesNotCountTowardMaxTransmissions) {
+  ConnectionConfig c = RequesterConfig(1);
+  c.max_transmissions = 1;  // any counted retransmission would fail the connection
+  Requester r(c);
+  r.Post(At(0 * kUs), r.Wr(1, WrOpcode::kSend, 0, 100));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 SEND psn 0 msg 0 off 0 len 100 ACK_REQ"));
+  r.Feed(At(5 * kUs), Requester::Nak(0, 0, 0, wire::Syndrome::kRnrNak, 0, 30));
+  EXPECT_EQ(r.conn.NextDeadline(), At(35 * kUs));
+  r.RunTimersUntil(At(35 * kUs) + Duration(-1));
+  EXPECT_THAT(r.Log(), IsEmpty());
+  r.RunTimersUntil(At(35 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 SEND psn 0 msg 0 off 0 len 100 ACK_REQ RETX"));
+  // Still not ready: a second round; the PTO does not probe a PSN waiting for the responder.
+  r.Feed(At(40 * kUs), Requester::Nak(0, 0, 0, wire::Syndrome::kRnrNak, 0, 30));
+  r.RunTimersUntil(At(70 * kUs) + Duration(-1));
+  EXPECT_THAT(r.Log(), IsEmpty());
+  r.RunTimersUntil(At(70 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 SEND psn 0 msg 0 off 0 len 100 ACK_REQ RETX"));
+  r.Feed(At(75 * kUs), Requester::Ack(0, 1, 0));
+  std::vector<WcStatus> st;
+  EXPECT_THAT(r.CompletedIds(&st), ElementsAre(1));
+  EXPECT_THAT(st, ElementsAre(WcStatus::kSuccess));
+  EXPECT_EQ(r.conn.state(), Connection::State::kReady);
+  EXPECT_EQ(r.conn.counters().rcvd_rnr_err, 2u);
+}
+
+TEST(Sender_Retry, MaxTransmissionsExceededFailsTheMessageAndFlushesTheRest) {
+  ConnectionConfig c = RequesterConfig(1);
+  c.max_transmissions = 2;
+  c.fail_after_timeouts = 10;
+  c.min_cwnd_bytes = c.initial_cwnd_bytes = kMtu;  // one message in flight at a time
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, kMtu);
+  r.PostWrite(At(0 * kUs), 2, kMtu);
+  r.PostWrite(At(0 * kUs), 3, kMtu, /*flags=*/0);  // unsignaled: its flush is still reported
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024 ACK_REQ"));
+  r.conn.OnTimer(At(50 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r.conn.NextDeadline(), At(150 * kUs));
+  r.conn.OnTimer(At(150 * kUs));  // a third transmission would exceed the limit
+  EXPECT_THAT(r.Log(), IsEmpty());
+  std::vector<WcStatus> st;
+  EXPECT_THAT(r.CompletedIds(&st), ElementsAre(1, 2, 3));
+  EXPECT_THAT(st, ElementsAre(WcStatus::kRetryExcErr, WcStatus::kWrFlushErr,
+                              WcStatus::kWrFlushErr));
+  EXPECT_EQ(r.conn.state(), Connection::State::kError);
+  EXPECT_EQ(r.conn.error_status(), WcStatus::kRetryExcErr);
+  EXPECT_EQ(r.conn.counters().retry_exceeded_err, 1u);
+  EXPECT_EQ(r.conn.NextDeadline(), kNever);
+  EXPECT_EQ(r.conn.PostSend(At(200 * kUs), r.Wr(4, WrOpcode::kWrite, 0, 10)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  r.Feed(At(200 * kUs), Requester::Ack(0, 1, 0));  // dropped in the error state
+  EXPECT_EQ(r.conn.counters().acks_rcvd, 0u);
+}
+
+TEST(Sender_Post, SendQueueFullIsRefusedUntilARequestCompletes) {
+  ConnectionConfig c = RequesterConfig(1);
+  c.max_send_queue = 2;
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 100);
+  r.PostWrite(At(0 * kUs), 2, 100);
+  const absl::Status full = r.conn.PostSend(At(0 * kUs), r.Wr(3, WrOpcode::kWrite, 0, 100));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(full.message()), ::testing::HasSubstr("send queue full"));
+  EXPECT_EQ(r.conn.outstanding_sends(), 2u);
+  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
+  EXPECT_TRUE(r.conn.PostSend(At(11 * kUs), r.Wr(3, WrOpcode::kWrite, 0, 100)).ok());
+}
+
+TEST(Sender_Post, MessageLargerThanTheLimitIsRefused) {
+  ConnectionConfig c = RequesterConfig(1);
+  c.max_message_bytes = 4096;
+  Requester r(c);
+  EXPECT_EQ(r.conn.PostSend(At(0 * kUs), r.Wr(1, WrOpcode::kWrite, 0, 4097)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.Log(), IsEmpty());
+}
+
+TEST(Sender_Fence, FencedRequestAndThoseBehindItWaitForEarlierCompletions) {
+  Requester r(RequesterConfig(2));
+  r.PostWrite(At(0 * kUs), 1, kMtu);
+  r.PostWrite(At(0 * kUs), 2, kMtu, send_flags::kSignaled | send_flags::kFence);
+  r.PostWrite(At(0 * kUs), 3, kMtu);
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024 ACK_REQ"));
+  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
+  EXPECT_THAT(r.Log(), ElementsAre("path 1 WRITE psn 0 msg 1 off 0 len 1024 ACK_REQ",
+                                   "path 0 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ"));
+}
+
+TEST(Sender_Completion, UnorderedCompletesEachMessageWhenDone) {
+  Requester r(RequesterConfig(2));
+  r.PostWrite(At(0 * kUs), 1, kMtu);  // path 0
+  r.PostWrite(At(0 * kUs), 2, kMtu);  // path 1
+  r.Feed(At(10 * kUs), Requester::Ack(1, 1, 0));
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(2));
+  r.Feed(At(11 * kUs), Requester::Ack(0, 1, 0));
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
+}
+
+TEST(Sender_Completion, OrderedHoldsACompletionUntilEarlierOnesAreDone) {
+  ConnectionConfig c = RequesterConfig(2);
+  c.ordered_completion = true;
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, kMtu);
+  r.PostWrite(At(0 * kUs), 2, kMtu);
+  r.Feed(At(10 * kUs), Requester::Ack(1, 1, 0));
+  EXPECT_THAT(r.CompletedIds(), IsEmpty());
+  r.Feed(At(11 * kUs), Requester::Ack(0, 1, 0));
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(1, 2));
+}
+
+}  // namespace
+}  // namespace metaroce::core
