@@ -5,7 +5,7 @@
 // path reordering, sometimes reordering within a path too, duplication, CE marks, routes
 // blackholed for a while or flapping, receives posted late). The properties, checked for every seed:
 //   1. every posted request completes exactly once, and so does every receive it consumes;
-//   2. a successful request's bytes are exactly in place at the responder;
+//   2. a successful request's bytes are exactly in place at the responder when it completes;
 //   3. with at least one route alive, everything succeeds; with every route dead for good,
 //      everything fails with RETRY_EXC_ERR or WR_FLUSH_ERR;
 //   4. no byte outside a registered region changes (guard zones around every region).
@@ -192,6 +192,19 @@ std::string RunSeed(uint64_t seed) {
       return "PostSend refused: " + std::string(s.message());
     }
   }
+  // RC semantics: when a request completes successfully its bytes are already in place.
+  std::string at_completion_error;
+  h.on_completion_a = [&](const Completion& c) {
+    auto it = expected.find(c.wr_id);
+    if (it == expected.end() || c.status != WcStatus::kSuccess) return;
+    const Expected& e = it->second;
+    if (e.op != WrOpcode::kSend &&
+        std::memcmp(src.data() + e.src_off, dst.data() + e.dst_off, e.len) != 0 &&
+        at_completion_error.empty()) {
+      at_completion_error = "wr_id " + std::to_string(c.wr_id) +
+                            " completed before its bytes were in place";
+    }
+  };
   // Receives: some posted at once, the rest late.
   const bool late = pick(3) == 0;
   size_t posted = late ? 0 : receives.size();
@@ -209,6 +222,7 @@ std::string RunSeed(uint64_t seed) {
   }
   h.RunFor(std::chrono::milliseconds(1));
 
+  if (!at_completion_error.empty()) return at_completion_error;
   // Property 1: exactly once.
   std::map<uint64_t, int> seen;
   for (const Completion& c : h.completions_a()) {

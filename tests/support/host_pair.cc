@@ -50,8 +50,14 @@ void HostPair::Collect() {
 void HostPair::Poll() {
   core::Completion buf[64];
   size_t n;
-  while ((n = ca_->PollCompletions(buf)) > 0) comps_a_.insert(comps_a_.end(), buf, buf + n);
-  while ((n = cb_->PollCompletions(buf)) > 0) comps_b_.insert(comps_b_.end(), buf, buf + n);
+  while ((n = ca_->PollCompletions(buf)) > 0) {
+    comps_a_.insert(comps_a_.end(), buf, buf + n);
+    for (size_t i = 0; on_completion_a && i < n; ++i) on_completion_a(buf[i]);
+  }
+  while ((n = cb_->PollCompletions(buf)) > 0) {
+    comps_b_.insert(comps_b_.end(), buf, buf + n);
+    for (size_t i = 0; on_completion_b && i < n; ++i) on_completion_b(buf[i]);
+  }
 }
 
 std::vector<core::PathEvent> HostPair::TakeEventsA() {

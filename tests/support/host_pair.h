@@ -33,6 +33,9 @@ class HostPair {
 
   // Decides what happens to each packet. Default: delivered after 5 us.
   std::function<Fate(const RecordedPacket& p, bool a_to_b, core::Instant now)> fate;
+  // Called for each completion as soon as it is polled (right after the event that made it), so
+  // a test can check what memory holds at that instant.
+  std::function<void(const core::Completion&)> on_completion_a, on_completion_b;
   // Observes every packet as it is sent (before its fate).
   std::function<void(const RecordedPacket& p, bool a_to_b)> on_send;
 
