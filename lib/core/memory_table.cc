@@ -34,6 +34,23 @@ absl::StatusOr<MemoryRegion> MemoryTable::Register(void* base, uint64_t length, 
   return r;
 }
 
+absl::Status MemoryTable::RegisterWithKeys(const MemoryRegion& r) {
+  if (r.addr == 0 || r.length == 0) {
+    return absl::InvalidArgumentError("memory region must be non-empty and non-null");
+  }
+  constexpr uint32_t kAll = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead;
+  if ((r.access & ~kAll) != 0) return absl::InvalidArgumentError("unknown access flags");
+  if (r.lkey < kFirstCallerKey || r.rkey < kFirstCallerKey) {
+    return absl::InvalidArgumentError("caller-chosen keys must be >= kFirstCallerKey");
+  }
+  if (by_lkey_.contains(r.lkey) || lkey_by_rkey_.contains(r.rkey)) {
+    return absl::AlreadyExistsError("lkey or rkey already registered");
+  }
+  by_lkey_[r.lkey] = r;
+  lkey_by_rkey_[r.rkey] = r.lkey;
+  return absl::OkStatus();
+}
+
 absl::Status MemoryTable::Deregister(uint32_t lkey) {
   auto it = by_lkey_.find(lkey);
   if (it == by_lkey_.end()) return absl::NotFoundError("no memory region with this lkey");

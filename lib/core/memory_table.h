@@ -35,6 +35,12 @@ class MemoryTable {
   // Registers [base, base+length) with the given access; keys are assigned by the table and are
   // never reused while the table lives. Fails on a null or empty range or unknown access bits.
   absl::StatusOr<MemoryRegion> Register(void* base, uint64_t length, uint32_t access);
+  // Registers a region under keys chosen by the caller: an engine with several shards gives the
+  // same region the same keys in every shard's table. Refuses keys already in use, and keys the
+  // table itself could still assign (below kFirstCallerKey).
+  absl::Status RegisterWithKeys(const MemoryRegion& region);
+  // Keys at or above this are never assigned by Register().
+  static constexpr uint32_t kFirstCallerKey = 0x80000000u;
   // The caller must not deregister a region while a posted request or receive still uses it
   // (as with ibv_dereg_mr): the core keeps resolved pointers for outstanding work.
   absl::Status Deregister(uint32_t lkey);
