@@ -238,3 +238,31 @@ TEST(MemoryTable_ResolveRemoteWrite, RangeSpanningTwoRegionsIsRefused) {
 
 }  // namespace
 }  // namespace metaroce::core
+
+namespace metaroce::core {
+namespace {
+
+TEST(MemoryTable_RegisterWithKeys, SameKeysResolveAndCollisionsAreRefused) {
+  std::vector<std::byte> buf(4096);
+  MemoryTable t;
+  MemoryRegion r{reinterpret_cast<uint64_t>(buf.data()), buf.size(), 0x80000001u, 0x80000002u,
+                 access::kLocalWrite | access::kRemoteWrite};
+  ASSERT_TRUE(t.RegisterWithKeys(r).ok());
+  std::byte* p = nullptr;
+  EXPECT_EQ(t.ResolveRemoteWrite(0x80000002u, r.addr + 10, 100, &p), AccessError::kNone);
+  EXPECT_EQ(p, buf.data() + 10);
+  EXPECT_EQ(t.ResolveLocal(0x80000001u, r.addr, 4096, true, &p), AccessError::kNone);
+  EXPECT_EQ(t.RegisterWithKeys(r).code(), absl::StatusCode::kAlreadyExists);
+  MemoryRegion low = r;
+  low.lkey = 5;
+  low.rkey = 0x80000009u;
+  EXPECT_EQ(t.RegisterWithKeys(low).code(), absl::StatusCode::kInvalidArgument);
+  MemoryRegion empty = r;
+  empty.lkey = 0x80000010u;
+  empty.rkey = 0x80000011u;
+  empty.length = 0;
+  EXPECT_EQ(t.RegisterWithKeys(empty).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace metaroce::core
