@@ -14,8 +14,8 @@ struct TxMeta {
   uint32_t conn_id = 0;   // local connection id (the sender of this packet)
   uint16_t path_id = 0;
   uint8_t plane = 0;      // which interface/plane the path uses
-  uint16_t src_port = 0;  // UDP source port: the path's ECMP entropy (data, probes) or ours (ACKs)
-  uint16_t dst_port = 0;  // UDP destination port
+  uint16_t src_port = 0;  // UDP source port: the path's port (ECMP entropy), on ACKs too
+  uint16_t dst_port = 0;  // UDP destination port: always the MetaRoCE port
 };
 
 // What the caller knows about a received datagram beyond its bytes.

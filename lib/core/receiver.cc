@@ -319,8 +319,10 @@ void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint
   meta.conn_id = cfg_.local_conn_id;
   meta.path_id = path_id;
   meta.plane = static_cast<uint8_t>(path_id % cfg_.plane_count);
-  meta.src_port = cfg_.udp_port;
-  meta.dst_port = path.peer_port;
+  // [R10] every MetaRoCE datagram is addressed to the MetaRoCE port (one port to steer and
+  // filter); an ACK carries the path's source port back as its own source port.
+  meta.src_port = path.peer_port;
+  meta.dst_port = cfg_.udp_port;
   conn_.sink_.Transmit(meta, std::span<const std::byte>(buf.data(), n), {});
   ++conn_.counters_.acks_sent;
   path.unacked_in_order = 0;

@@ -324,7 +324,11 @@ void Sender::SendProbe(Instant now, SenderPath& path) {
   TxMeta meta{cfg_.local_conn_id, path.id, path.plane, path.port, cfg_.udp_port};
   conn_.sink_.Transmit(meta, std::span<const std::byte>(headers.data(), n), {});
   ++conn_.counters_.probes_sent;
-  path.next_probe_at = now + path.rtt.ProbeTimeout(cfg_.min_probe_timeout);
+  // Unanswered probes back off exponentially (a route whose RTT is far above the estimate must
+  // get the time to answer), up to 2^10 probe timeouts.
+  path.next_probe_at =
+      now + path.rtt.ProbeTimeout(cfg_.min_probe_timeout) * (1u << std::min(path.probe_backoff, 10u));
+  path.probe_backoff = std::min(path.probe_backoff + 1, 10u);
 }
 
 void Sender::ArmPto(Instant now, SenderPath& path) {
@@ -416,6 +420,12 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   }
   if ((ack.flags & wire::flags::kProbeReply) && path.state == PathState::kProbing &&
       ack.ack.ack_psn == path.probe_psn) {
+    // The probe's reply measures the new route even when every data packet was retransmitted
+    // (Karn's rule gives no sample then). Timed from the round's first probe, a reply to a
+    // later copy overestimates the RTT: the safe side for timeouts.
+    if (path.probe_unanswered) path.rtt.AddSample(now - path.probe_started_at);
+    path.probe_unanswered = false;
+    path.probe_backoff = 0;
     if (++path.probe_replies >= cfg_.probes_to_activate) {
       path.next_probe_at = kNever;
       path.probe_timeouts = 0;
@@ -701,6 +711,12 @@ bool Sender::Rotate(Instant now, SenderPath& path, PathEventReason reason) {
   path.probe_replies = 0;
   path.probe_timeouts = 0;
   SetState(now, path, PathState::kProbing, reason);
+  if (!path.probe_unanswered) {
+    // A new round. While earlier probes are unanswered their start is kept: a late reply to
+    // one of them then overestimates the RTT rather than underestimating it.
+    path.probe_started_at = now;
+    path.probe_unanswered = true;
+  }
   SendProbe(now, path);
   return true;
 }

@@ -88,6 +88,9 @@ struct SenderPath {
   PathEventReason rotate_reason = PathEventReason::kFailed;
   Instant next_probe_at = kNever;
   uint32_t probe_psn = 0;
+  Instant probe_started_at{0};  // first probe not yet answered: its reply is an RTT sample
+  bool probe_unanswered = false;
+  uint32_t probe_backoff = 0;    // doublings of the probe interval since the last reply
   uint32_t probe_replies = 0;
   uint32_t probe_timeouts = 0;
   Instant degraded_since = kNever;

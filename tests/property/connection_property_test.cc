@@ -138,7 +138,7 @@ std::string RunSeed(uint64_t seed) {
   std::mt19937_64 net_rng(seed ^ 0x9e3779b97f4a7c15ull);
   h.fate = [&](const RecordedPacket& p, bool to_b, Instant now) {
     Fate f;
-    const uint16_t port = to_b ? p.meta.src_port : p.meta.dst_port;
+    const uint16_t port = p.meta.src_port;  // data and ACKs of a path share its port
     const int route = port % net.routes;
     std::uniform_real_distribution<> u(0, 1);
     f.drop = RouteDead(net, route, now) || u(net_rng) < net.loss;

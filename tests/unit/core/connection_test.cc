@@ -364,7 +364,7 @@ TEST(Connection_Paths, BlackholedPathFailsOverRotatesAndProbes) {
   // Everything sent with path 2's initial source port vanishes (the route is dead).
   h.fate = [&](const RecordedPacket& p, bool to_b, Instant) {
     Fate f;
-    f.drop = (to_b ? p.meta.src_port : p.meta.dst_port) == dead_port;
+    f.drop = p.meta.src_port == dead_port;  // ACKs carry the path's port as source too
     return f;
   };
   for (int i = 0; i < 4; ++i) {
@@ -472,6 +472,47 @@ TEST(Connection_ReorderBuffer, PlacesInOrderAndDeliversEverything) {
   h.RunFor(std::chrono::milliseconds(20));
   EXPECT_THAT(h.completions_a(), SizeIs(8));
   EXPECT_EQ(b.src, b.dst);
+}
+
+}  // namespace
+}  // namespace metaroce::core
+
+namespace metaroce::core {
+namespace {
+
+// A path whose RTT is far above every timeout the estimator starts with (a stalled peer, a
+// paused VM, a deep queue): timeouts fire before any ACK, every packet is retransmitted (so
+// Karn's rule gives no RTT sample), paths fail and rotate. The probe that follows a rotation
+// measures the real RTT, so the connection settles instead of failing.
+TEST(Connection_Paths, RttFarAboveTheInitialTimeoutsStillCompletes) {
+  ConnectionConfig c;
+  c.path_count = 4;
+  c.mtu = 1024;
+  HostPair h(c);
+  std::vector<std::byte> src(64 * 1024), dst(64 * 1024);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 7);
+  auto smr = *h.a().memory().Register(src.data(), src.size(), access::kLocalWrite);
+  auto dmr = *h.b().memory().Register(dst.data(), dst.size(),
+                                      access::kLocalWrite | access::kRemoteWrite);
+  h.fate = [](const RecordedPacket&, bool, Instant) {
+    Fate f;
+    f.delay = std::chrono::milliseconds(5);  // 10 ms RTT; initial PTO 60 us, 64x: 3.84 ms
+    return f;
+  };
+  for (int i = 0; i < 4; ++i) {
+    SendWorkRequest wr;
+    wr.wr_id = i;
+    wr.local = {smr.addr + i * 16384, 16384, smr.lkey};
+    wr.remote_addr = dmr.addr + i * 16384;
+    wr.rkey = dmr.rkey;
+    ASSERT_TRUE(h.ca().PostSend(h.now(), wr).ok());
+  }
+  h.RunFor(std::chrono::seconds(2));
+  ASSERT_THAT(h.completions_a(), SizeIs(4));
+  for (const Completion& comp : h.completions_a()) EXPECT_EQ(comp.status, WcStatus::kSuccess);
+  EXPECT_EQ(src, dst);
+  // The estimator learned the real RTT.
+  EXPECT_GE(h.ca().path_stats(0).srtt, std::chrono::milliseconds(9));
 }
 
 }  // namespace

@@ -123,7 +123,8 @@ TEST_F(Endpoint_OnDatagram, ValidDatagramReachesItsConnection) {
   ASSERT_EQ(sink_.packets().size(), 1u);
   EXPECT_EQ(sink_.packets()[0].meta.conn_id, 2u);
   EXPECT_EQ(sink_.packets()[0].packet.dest_conn, 102u);
-  EXPECT_EQ(sink_.packets()[0].meta.dst_port, 50001);
+  EXPECT_EQ(sink_.packets()[0].meta.src_port, 50001);
+  EXPECT_EQ(sink_.packets()[0].meta.dst_port, wire::kDefaultUdpPort);
   EXPECT_EQ(ep_.counters().rx_datagrams, 1u);
   EXPECT_EQ(ep_.counters().malformed, 0u);
   EXPECT_FALSE(RegionUntouched());

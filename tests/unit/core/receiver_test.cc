@@ -236,13 +236,13 @@ TEST(Receiver_AckPolicy, OneAckPerAckEveryInOrderPackets) {
   EXPECT_EQ(r.conn.counters().messages_received, 1u);
 }
 
-TEST(Receiver_AckPolicy, AckGoesToTheLatestSourcePortFromTheDataPort) {
+TEST(Receiver_AckPolicy, AckCarriesThePathsLatestSourcePortToTheMetaRocePort) {
   Responder r;
   r.Feed(At(0 * kUs), r.Write(3, 0, 0, 0, 100, wire::flags::kAckRequest));
   ASSERT_EQ(r.sink.packets().size(), 1u);
   const RecordedPacket& ack = r.sink.packets()[0];
-  EXPECT_EQ(ack.meta.dst_port, 50003);
-  EXPECT_EQ(ack.meta.src_port, wire::kDefaultUdpPort);
+  EXPECT_EQ(ack.meta.src_port, 50003);  // the path's port travels back as the source
+  EXPECT_EQ(ack.meta.dst_port, wire::kDefaultUdpPort);
   EXPECT_EQ(ack.meta.path_id, 3);
   EXPECT_EQ(ack.packet.dest_conn, 2u);
   EXPECT_EQ(ack.packet.token, kTxToken);
@@ -382,7 +382,8 @@ TEST(Receiver_Probe, AdvancesCumAndRepliesWithTheProbePsn) {
   wire::Packet probe = r.Probe(1, 5);
   r.conn.OnPacket(At(1 * kUs), probe, RxMeta{.src_port = 61234});
   ASSERT_EQ(r.sink.packets().size(), 1u);
-  EXPECT_EQ(r.sink.packets()[0].meta.dst_port, 61234);  // the PROBE's (new) source port
+  EXPECT_EQ(r.sink.packets()[0].meta.src_port, 61234);  // the PROBE's (new) source port
+  EXPECT_EQ(r.sink.packets()[0].meta.dst_port, wire::kDefaultUdpPort);
   EXPECT_THAT(r.Log(), ElementsAre("path 1 ACK cum 7 ack_psn 5 PROBE_REPLY"));
   // A late copy of an abandoned PSN is now a duplicate.
   r.Feed(At(2 * kUs), r.Write(1, 3, 0, 0, 100));
