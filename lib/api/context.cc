@@ -1,0 +1,249 @@
+#include "lib/api/context.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+
+namespace metaroce::api {
+namespace {
+
+absl::Status FillRandom(void* out, size_t n) {
+  auto* p = static_cast<uint8_t*>(out);
+  while (n > 0) {
+    const ssize_t got = getrandom(p, n, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return absl::ErrnoToStatus(errno, "getrandom for connection tokens");
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckConnectOptions(const ConnectOptions& o) {
+  if (o.send_cq == nullptr || o.recv_cq == nullptr) {
+    return absl::InvalidArgumentError("ConnectOptions needs send_cq and recv_cq");
+  }
+  if (o.private_data.size() > kMaxPrivateDataBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("private_data of ", o.private_data.size(),
+                                                   " bytes exceeds ", kMaxPrivateDataBytes));
+  }
+  if (o.path_count < 1 || o.path_count > 256) {
+    return absl::InvalidArgumentError("path_count must be 1..256");
+  }
+  if (o.max_send_queue < 1 || o.max_send_queue > (1u << 20) || o.max_recv_queue < 1 ||
+      o.max_recv_queue > (1u << 20)) {
+    return absl::InvalidArgumentError("queue depths must be 1..2^20");
+  }
+  return absl::OkStatus();
+}
+
+// Sends a REJECT carrying `why` (best effort: the peer may be gone) and returns `why`.
+absl::Status Refuse(ExchangeSocket& socket, absl::Status why, absl::Time deadline) {
+  ExchangeMessage m;
+  m.kind = ExchangeKind::kReject;
+  m.reason = std::string(why.message());
+  socket.SendMessage(EncodeExchange(m), deadline).IgnoreError();
+  return why;
+}
+
+absl::StatusOr<ExchangeMessage> ReceiveExchange(ExchangeSocket& socket, absl::Time deadline) {
+  absl::StatusOr<std::vector<std::byte>> body = socket.ReceiveMessage(deadline);
+  if (!body.ok()) return body.status();
+  return DecodeExchange(*body);
+}
+
+absl::Status PeerRefused(const ExchangeMessage& m) {
+  return absl::FailedPreconditionError(absl::StrCat("the peer refused the connection: ", m.reason));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& options,
+                                                         PortFactory factory) {
+  if (options.planes.empty() || options.planes.size() > kMaxPlanes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a context needs 1..", kMaxPlanes, " planes, got ", options.planes.size()));
+  }
+  if (!factory) return absl::InvalidArgumentError("a context needs a port factory");
+  if (options.mtu < 64 || options.mtu > 65535 - wire::kDataHeadersSize) {
+    return absl::InvalidArgumentError(absl::StrCat("mtu ", options.mtu, " is out of range"));
+  }
+  if (options.udp_port == 0) return absl::InvalidArgumentError("udp_port must not be 0");
+  std::vector<io::IpAddress> addresses;
+  for (size_t i = 0; i < options.planes.size(); ++i) {
+    absl::StatusOr<io::IpAddress> a = io::IpAddress::Parse(options.planes[i].local_ip);
+    if (!a.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("plane ", i, " local_ip '",
+                                                     options.planes[i].local_ip, "': ",
+                                                     a.status().message()));
+    }
+    addresses.push_back(*a);
+  }
+  std::unique_ptr<Context> ctx(new Context(options, addresses));
+  engine::EngineOptions eo;
+  eo.workers = options.workers;
+  eo.planes = static_cast<int>(options.planes.size());
+  eo.cpus = options.cpus;
+  eo.idle = options.idle;
+  eo.max_datagram_bytes = static_cast<uint32_t>(
+      std::max<size_t>(options.mtu + wire::kDataHeadersSize, wire::kMaxHeadersSize) + 64);
+  auto engine_factory = [&options, &addresses, &factory](int worker, int plane) {
+    PortSpec spec;
+    spec.worker = worker;
+    spec.plane = plane;
+    spec.queue = options.first_queue + static_cast<uint32_t>(worker);
+    spec.ifname = options.planes[plane].ifname;
+    spec.local_ip = addresses[plane];
+    spec.kind = options.port_kind;
+    spec.udp_port = options.udp_port;
+    spec.mtu = options.mtu;
+    return factory(spec);
+  };
+  absl::StatusOr<std::unique_ptr<engine::Engine>> e = engine::Engine::Create(eo, engine_factory);
+  if (!e.ok()) return e.status();
+  ctx->engine_ = *std::move(e);
+  return ctx;
+}
+
+Context::~Context() = default;
+
+absl::StatusOr<MemoryRegion> Context::RegisterMemory(void* addr, size_t length, uint32_t access) {
+  return engine_->RegisterMemory(addr, length, access);
+}
+
+absl::Status Context::DeregisterMemory(const MemoryRegion& region) {
+  return engine_->DeregisterMemory(region.lkey);
+}
+
+absl::StatusOr<std::unique_ptr<CompletionQueue>> Context::CreateCompletionQueue(size_t depth) {
+  if (depth < 1 || depth > (1u << 24)) {
+    return absl::InvalidArgumentError("completion queue depth must be 1..2^24");
+  }
+  return std::unique_ptr<CompletionQueue>(
+      new CompletionQueue(engine_->CreateCompletionChannel(depth)));
+}
+
+absl::StatusOr<std::unique_ptr<Listener>> Context::Listen(uint16_t tcp_port,
+                                                          std::string_view bind_address) {
+  absl::StatusOr<ExchangeSocket> s = ExchangeSocket::Listen(bind_address, tcp_port);
+  if (!s.ok()) return s.status();
+  return std::unique_ptr<Listener>(new Listener(*this, *std::move(s)));
+}
+
+absl::StatusOr<ConnectionParameters> Context::MakeLocalParameters(const ConnectOptions& o) {
+  if (absl::Status s = CheckConnectOptions(o); !s.ok()) return s;
+  ConnectionParameters p;
+  p.conn_id = engine_->AllocateConnectionId();
+  do {
+    if (absl::Status s = FillRandom(&p.token, sizeof(p.token)); !s.ok()) return s;
+  } while (p.token == 0);
+  p.path_count = o.path_count;
+  // Consecutive source ports from a random base inside the rotation range, avoiding the
+  // protocol's own UDP port.
+  const uint32_t lo = o.tuning.rotate_port_lo, hi = o.tuning.rotate_port_hi;
+  if (hi < lo || hi - lo + 1 < uint32_t{o.path_count} + 1) {
+    return absl::InvalidArgumentError("tuning.rotate_port_lo..hi is too small for path_count");
+  }
+  uint32_t r = 0;
+  if (absl::Status s = FillRandom(&r, sizeof(r)); !s.ok()) return s;
+  uint32_t base = lo + r % (hi - lo + 1 - o.path_count);
+  if (options_.udp_port >= base && options_.udp_port < base + o.path_count) {
+    base = uint32_t{options_.udp_port} + 1 + o.path_count <= hi + 1 ? options_.udp_port + 1u : lo;
+  }
+  for (uint16_t i = 0; i < o.path_count; ++i) p.initial_ports.push_back(uint16_t(base + i));
+  p.plane_addresses = addresses_;
+  p.profile = o.profile;
+  p.ordered_completion = o.ordered_completion;
+  p.mtu = options_.mtu;
+  p.max_send_queue = o.max_send_queue;
+  p.max_recv_queue = o.max_recv_queue;
+  p.udp_port = options_.udp_port;
+  p.private_data = o.private_data;
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> Context::CreateConnection(
+    const ConnectOptions& o, const ConnectionParameters& ours, const ConnectionParameters& peer) {
+  const core::ConnectionConfig config = MakeConnectionConfig(ours, peer, o.tuning);
+  engine::PeerRoute route{peer.plane_addresses};
+  absl::StatusOr<std::shared_ptr<engine::ConnectionChannel>> ch = engine_->CreateConnection(
+      config, route, o.send_cq->channel_, o.recv_cq->channel_);
+  if (!ch.ok()) return ch.status();
+  return std::unique_ptr<Connection>(new Connection(*engine_, *std::move(ch), ours, peer));
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> Context::Connect(std::string_view host,
+                                                             uint16_t tcp_port,
+                                                             const ConnectOptions& options) {
+  const absl::Time deadline = absl::Now() + options.timeout;
+  absl::StatusOr<ConnectionParameters> ours = MakeLocalParameters(options);
+  if (!ours.ok()) return ours.status();
+  absl::StatusOr<ExchangeSocket> socket = ExchangeSocket::Connect(host, tcp_port, deadline);
+  if (!socket.ok()) return socket.status();
+  ExchangeMessage request;
+  request.kind = ExchangeKind::kRequest;
+  request.params = *ours;
+  if (absl::Status s = socket->SendMessage(EncodeExchange(request), deadline); !s.ok()) return s;
+  absl::StatusOr<ExchangeMessage> reply = ReceiveExchange(*socket, deadline);
+  if (!reply.ok()) return Refuse(*socket, reply.status(), deadline);
+  if (reply->kind == ExchangeKind::kReject) return PeerRefused(*reply);
+  if (reply->kind != ExchangeKind::kReply) {
+    return Refuse(*socket, absl::InvalidArgumentError("malformed connection exchange: expected "
+                                                      "a REPLY from the server"), deadline);
+  }
+  if (absl::Status s = CheckCompatible(*ours, reply->params); !s.ok()) {
+    return Refuse(*socket, s, deadline);
+  }
+  absl::StatusOr<std::unique_ptr<Connection>> conn = CreateConnection(options, *ours,
+                                                                      reply->params);
+  if (!conn.ok()) return Refuse(*socket, conn.status(), deadline);
+  ExchangeMessage confirm;
+  confirm.kind = ExchangeKind::kConfirm;
+  if (absl::Status s = socket->SendMessage(EncodeExchange(confirm), deadline); !s.ok()) return s;
+  return conn;
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(const ConnectOptions& options) {
+  const absl::Time deadline = absl::Now() + options.timeout;
+  absl::StatusOr<ConnectionParameters> ours = context_.MakeLocalParameters(options);
+  if (!ours.ok()) return ours.status();
+  absl::StatusOr<ExchangeSocket> client = socket_.Accept(deadline);
+  if (!client.ok()) return client.status();
+  const std::string who = client->peer_name();
+  auto from = [&who](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("connection from ", who, ": ", s.message()));
+  };
+  absl::StatusOr<ExchangeMessage> request = ReceiveExchange(*client, deadline);
+  if (!request.ok()) return from(Refuse(*client, request.status(), deadline));
+  if (request->kind != ExchangeKind::kRequest) {
+    return from(Refuse(*client, absl::InvalidArgumentError(
+                                    "malformed connection exchange: expected a REQUEST"),
+                       deadline));
+  }
+  if (absl::Status s = CheckCompatible(*ours, request->params); !s.ok()) {
+    return from(Refuse(*client, s, deadline));
+  }
+  // Our connection exists before the client learns our parameters, so its first packets find it.
+  absl::StatusOr<std::unique_ptr<Connection>> conn =
+      context_.CreateConnection(options, *ours, request->params);
+  if (!conn.ok()) return from(Refuse(*client, conn.status(), deadline));
+  ExchangeMessage reply;
+  reply.kind = ExchangeKind::kReply;
+  reply.params = *ours;
+  if (absl::Status s = client->SendMessage(EncodeExchange(reply), deadline); !s.ok()) {
+    return from(s);  // `conn` is destroyed on return
+  }
+  absl::StatusOr<ExchangeMessage> confirm = ReceiveExchange(*client, deadline);
+  if (!confirm.ok()) return from(confirm.status());
+  if (confirm->kind == ExchangeKind::kReject) return from(PeerRefused(*confirm));
+  if (confirm->kind != ExchangeKind::kConfirm) {
+    return from(absl::InvalidArgumentError("malformed connection exchange: expected a CONFIRM"));
+  }
+  return conn;
+}
+
+}  // namespace metaroce::api

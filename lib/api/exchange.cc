@@ -1,0 +1,285 @@
+#include "lib/api/exchange.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace metaroce::api {
+namespace {
+
+constexpr uint8_t kMagic[4] = {'M', 'R', 'C', 'X'};
+constexpr size_t kHeaderBytes = 8;
+constexpr size_t kParamsFixedBytes = 4 + 8 + 2 + 1 + 1 + 1 + 1 + 1 + 1 + 4 + 4 + 4 + 4 + 2 + 2;
+constexpr size_t kPlaneBytes = 17;
+
+class Writer {
+ public:
+  void U8(uint8_t v) { out_.push_back(std::byte{v}); }
+  void U16(uint16_t v) {
+    U8(static_cast<uint8_t>(v >> 8));
+    U8(static_cast<uint8_t>(v));
+  }
+  void U32(uint32_t v) {
+    U16(static_cast<uint16_t>(v >> 16));
+    U16(static_cast<uint16_t>(v));
+  }
+  void U64(uint64_t v) {
+    U32(static_cast<uint32_t>(v >> 32));
+    U32(static_cast<uint32_t>(v));
+  }
+  void Bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out_.insert(out_.end(), b, b + n);
+  }
+  std::vector<std::byte> Take() { return std::move(out_); }
+
+ private:
+  std::vector<std::byte> out_;
+};
+
+// Reads within the span only; every read after a failed one is a no-op returning zero.
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> in) : in_(in) {}
+  bool ok() const { return ok_; }
+  size_t remaining() const { return in_.size() - pos_; }
+  uint8_t U8() {
+    if (!Need(1)) return 0;
+    return static_cast<uint8_t>(in_[pos_++]);
+  }
+  // Operands are read in separate statements: the order of evaluation within `|` is unspecified.
+  uint16_t U16() {
+    const uint16_t hi = U8();
+    return static_cast<uint16_t>((hi << 8) | U8());
+  }
+  uint32_t U32() {
+    const uint32_t hi = U16();
+    return (hi << 16) | U16();
+  }
+  uint64_t U64() {
+    const uint64_t hi = U32();
+    return (hi << 32) | U32();
+  }
+  std::span<const std::byte> Bytes(size_t n) {
+    if (!Need(n)) return {};
+    auto s = in_.subspan(pos_, n);
+    pos_ += n;
+    return s;
+  }
+
+ private:
+  bool Need(size_t n) {
+    if (!ok_ || remaining() < n) ok_ = false;
+    return ok_;
+  }
+  std::span<const std::byte> in_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+absl::Status Bad(std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("malformed connection exchange: ", std::string(what)));
+}
+
+}  // namespace
+
+std::vector<std::byte> EncodeExchange(const ExchangeMessage& m) {
+  Writer w;
+  w.Bytes(kMagic, 4);
+  w.U16(kExchangeVersion);
+  w.U8(static_cast<uint8_t>(m.kind));
+  w.U8(0);
+  switch (m.kind) {
+    case ExchangeKind::kRequest:
+    case ExchangeKind::kReply: {
+      const ConnectionParameters& p = m.params;
+      w.U32(p.conn_id);
+      w.U64(p.token);
+      w.U16(p.path_count);
+      w.U8(static_cast<uint8_t>(p.plane_addresses.size()));
+      w.U8(static_cast<uint8_t>(p.profile.recovery));
+      w.U8(static_cast<uint8_t>(p.profile.placement));
+      w.U8(static_cast<uint8_t>(p.profile.spray));
+      w.U8(p.ordered_completion ? 1 : 0);
+      w.U8(0);
+      w.U32(p.profile.reorder_buffer_bytes);
+      w.U32(p.mtu);
+      w.U32(p.max_send_queue);
+      w.U32(p.max_recv_queue);
+      w.U16(p.udp_port);
+      w.U16(static_cast<uint16_t>(p.private_data.size()));
+      for (uint16_t port : p.initial_ports) w.U16(port);
+      for (const io::IpAddress& a : p.plane_addresses) {
+        w.U8(a.v6 ? 6 : 4);
+        w.Bytes(a.bytes.data(), a.bytes.size());
+      }
+      w.Bytes(p.private_data.data(), p.private_data.size());
+      break;
+    }
+    case ExchangeKind::kReject:
+      w.U16(static_cast<uint16_t>(std::min<size_t>(m.reason.size(), 1024)));
+      w.Bytes(m.reason.data(), std::min<size_t>(m.reason.size(), 1024));
+      break;
+    case ExchangeKind::kConfirm: break;
+  }
+  return w.Take();
+}
+
+absl::StatusOr<ExchangeMessage> DecodeExchange(std::span<const std::byte> body) {
+  if (body.size() < kHeaderBytes) return Bad("shorter than its 8-byte header");
+  if (std::memcmp(body.data(), kMagic, 4) != 0) {
+    return Bad("bad magic (the peer is not a MetaRoCE connection exchange)");
+  }
+  Reader r(body.subspan(4));
+  const uint16_t version = r.U16();
+  if (version != kExchangeVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the peer speaks connection exchange version ", version, "; this side speaks version ",
+        kExchangeVersion, ": run the same MetaRoCE release on both hosts"));
+  }
+  ExchangeMessage m;
+  const uint8_t kind = r.U8();
+  if (kind < 1 || kind > 4) return Bad(absl::StrCat("unknown message kind ", kind));
+  m.kind = static_cast<ExchangeKind>(kind);
+  if (r.U8() != 0) return Bad("reserved header byte is not zero");
+  switch (m.kind) {
+    case ExchangeKind::kConfirm:
+      break;
+    case ExchangeKind::kReject: {
+      const uint16_t len = r.U16();
+      auto text = r.Bytes(len);
+      if (!r.ok()) return Bad("reject reason is truncated");
+      m.reason.assign(reinterpret_cast<const char*>(text.data()), text.size());
+      break;
+    }
+    case ExchangeKind::kRequest:
+    case ExchangeKind::kReply: {
+      if (r.remaining() < kParamsFixedBytes) return Bad("parameters are truncated");
+      ConnectionParameters& p = m.params;
+      p.conn_id = r.U32();
+      p.token = r.U64();
+      p.path_count = r.U16();
+      const uint8_t planes = r.U8();
+      const uint8_t recovery = r.U8(), placement = r.U8(), spray = r.U8(), ordered = r.U8();
+      if (r.U8() != 0) return Bad("reserved parameter byte is not zero");
+      p.profile.reorder_buffer_bytes = r.U32();
+      p.mtu = r.U32();
+      p.max_send_queue = r.U32();
+      p.max_recv_queue = r.U32();
+      p.udp_port = r.U16();
+      const uint16_t private_len = r.U16();
+      if (p.conn_id == 0) return Bad("connection id 0");
+      if (p.token == 0) return Bad("token 0");
+      if (p.path_count < 1 || p.path_count > 256) {
+        return Bad(absl::StrCat("path count ", p.path_count, " is outside 1..256"));
+      }
+      if (planes < 1 || planes > kMaxPlanes) {
+        return Bad(absl::StrCat("plane count ", planes, " is outside 1..", kMaxPlanes));
+      }
+      if (recovery > 1 || placement > 2 || spray > 1 || ordered > 1) {
+        return Bad("unknown transport profile or ordering value");
+      }
+      p.profile.recovery = static_cast<core::RecoveryPolicy>(recovery);
+      p.profile.placement = static_cast<core::PlacementPolicy>(placement);
+      p.profile.spray = static_cast<core::SprayPolicy>(spray);
+      p.ordered_completion = ordered != 0;
+      if (p.mtu < 64 || p.mtu > 65535 - wire::kDataHeadersSize) {
+        return Bad(absl::StrCat("mtu ", p.mtu, " is out of range"));
+      }
+      if (p.max_send_queue == 0 || p.max_recv_queue == 0 || p.max_send_queue > (1u << 20) ||
+          p.max_recv_queue > (1u << 20)) {
+        return Bad("queue depths must be 1..2^20");
+      }
+      if (p.udp_port == 0) return Bad("UDP port 0");
+      if (private_len > kMaxPrivateDataBytes) {
+        return Bad(absl::StrCat("private data of ", private_len, " bytes exceeds ",
+                                kMaxPrivateDataBytes));
+      }
+      const size_t rest = size_t{p.path_count} * 2 + size_t{planes} * kPlaneBytes + private_len;
+      if (r.remaining() != rest) {
+        return Bad(absl::StrCat("length: ", r.remaining(), " bytes follow the fixed parameters, ",
+                                rest, " expected"));
+      }
+      for (uint16_t i = 0; i < p.path_count; ++i) {
+        const uint16_t port = r.U16();
+        if (port == 0 || port == p.udp_port) {
+          return Bad(absl::StrCat("path ", i, " source port ", port, " is 0 or the UDP port"));
+        }
+        p.initial_ports.push_back(port);
+      }
+      for (uint8_t i = 0; i < planes; ++i) {
+        const uint8_t family = r.U8();
+        if (family != 4 && family != 6) {
+          return Bad(absl::StrCat("plane ", i, " address family ", family));
+        }
+        io::IpAddress a;
+        a.v6 = family == 6;
+        auto bytes = r.Bytes(16);
+        std::memcpy(a.bytes.data(), bytes.data(), 16);
+        p.plane_addresses.push_back(a);
+      }
+      auto priv = r.Bytes(private_len);
+      p.private_data.assign(priv.begin(), priv.end());
+      break;
+    }
+  }
+  if (!r.ok()) return Bad("truncated");
+  if (r.remaining() != 0) return Bad(absl::StrCat(r.remaining(), " trailing bytes"));
+  return m;
+}
+
+absl::Status CheckCompatible(const ConnectionParameters& ours, const ConnectionParameters& peer) {
+  auto differ = [](const std::string& what, const auto& mine, const auto& theirs) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " differ: this side ", mine, ", the peer ", theirs, ": configure both alike"));
+  };
+  if (ours.path_count != peer.path_count) {
+    return differ("path counts", ours.path_count, peer.path_count);
+  }
+  if (ours.plane_addresses.size() != peer.plane_addresses.size()) {
+    return differ("plane counts", ours.plane_addresses.size(), peer.plane_addresses.size());
+  }
+  for (size_t i = 0; i < ours.plane_addresses.size(); ++i) {
+    if (ours.plane_addresses[i].v6 != peer.plane_addresses[i].v6) {
+      return differ(absl::StrCat("plane ", i, " address families"),
+                    ours.plane_addresses[i].v6 ? "IPv6" : "IPv4",
+                    peer.plane_addresses[i].v6 ? "IPv6" : "IPv4");
+    }
+  }
+  if (ours.mtu != peer.mtu) return differ("MTUs", ours.mtu, peer.mtu);
+  if (ours.udp_port != peer.udp_port) return differ("UDP ports", ours.udp_port, peer.udp_port);
+  const core::TransportProfile& a = ours.profile;
+  const core::TransportProfile& b = peer.profile;
+  if (a.recovery != b.recovery || a.placement != b.placement || a.spray != b.spray ||
+      a.reorder_buffer_bytes != b.reorder_buffer_bytes) {
+    return differ("transport profiles", std::string(a.Name()), std::string(b.Name()));
+  }
+  if (ours.ordered_completion != peer.ordered_completion) {
+    return differ("completion orderings", ours.ordered_completion ? "ordered" : "unordered",
+                  peer.ordered_completion ? "ordered" : "unordered");
+  }
+  return absl::OkStatus();
+}
+
+core::ConnectionConfig MakeConnectionConfig(const ConnectionParameters& ours,
+                                            const ConnectionParameters& peer,
+                                            const core::ConnectionConfig& tuning) {
+  core::ConnectionConfig c = tuning;
+  c.local_conn_id = ours.conn_id;
+  c.remote_conn_id = peer.conn_id;
+  c.rx_token = ours.token;
+  c.tx_token = peer.token;
+  c.path_count = ours.path_count;
+  c.plane_count = static_cast<uint8_t>(ours.plane_addresses.size());
+  c.initial_ports = ours.initial_ports;
+  c.udp_port = ours.udp_port;
+  c.seed = ours.token;
+  c.profile = ours.profile;
+  c.ordered_completion = ours.ordered_completion;
+  c.mtu = ours.mtu;
+  c.max_send_queue = ours.max_send_queue;
+  c.max_recv_queue = ours.max_recv_queue;
+  return c;
+}
+
+}  // namespace metaroce::api

@@ -1,0 +1,126 @@
+// The engine: N worker threads, each running to completion over its shard of connections
+// (lib/engine/worker.h), glued to packet ports it does not know the kind of.
+//
+// Connection ownership: a connection is owned by worker OwnerOf(local_conn_id) =
+// local_conn_id % workers for its whole life. Packets received by another worker are handed to
+// the owner through a handoff ring; application requests reach the owner through the
+// connection's rings (lib/engine/channels.h); everything else (create/destroy connections,
+// register memory, snapshots) goes through the owner's control queue and waits for the answer.
+//
+// Threading: every public method is safe from any thread. Data-path methods are on the channels;
+// the methods here are control path and block until the worker(s) answered (microseconds when
+// workers are busy, at most one wake-up when they sleep).
+// Errors: absl::Status; nothing logs.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/core/config.h"
+#include "lib/core/memory_table.h"
+#include "lib/engine/channels.h"
+#include "lib/engine/handoff.h"
+#include "lib/engine/worker.h"
+#include "lib/io/packet_port.h"
+
+namespace metaroce::engine {
+
+// Creates the port of `plane` for `worker` (e.g. an AF_XDP socket on queue first_queue+worker of
+// the plane's interface). Called from Engine::Create's thread, before any worker starts.
+using PortFactory =
+    std::function<absl::StatusOr<std::unique_ptr<io::PacketPort>>(int worker, int plane)>;
+
+struct EngineOptions {
+  int workers = 1;
+  int planes = 1;
+  // Optional CPU pinning: worker i runs on cpus[i % cpus.size()]. Empty: not pinned.
+  std::vector<int> cpus;
+  IdleStrategy idle = IdleStrategy::kPoll;
+  uint32_t spins_before_sleep = 256;
+  uint32_t rx_batch = 32;
+  uint32_t tx_send_retries = 4;
+  uint32_t tx_backlog_limit = 4096;
+  // Handoff between workers: datagrams in flight per ordered worker pair, and the largest
+  // datagram (UDP payload) that can be handed off (mtu + headers is enough).
+  uint32_t handoff_slots = 256;
+  uint32_t max_datagram_bytes = 9216;
+  // Ring depths of each connection (send, receive: rounded up to powers of two) and its events.
+  uint32_t event_depth = 256;
+};
+
+class Engine {
+ public:
+  // Creates every worker's ports through `factory`, then starts the workers. Fails with the
+  // factory's error (naming the worker and plane) or if a thread cannot be pinned.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
+                                                        const PortFactory& factory);
+  // Stops and joins the workers; connections and ports go with them.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int workers() const { return static_cast<int>(workers_.size()); }
+  int planes() const { return options_.planes; }
+  int OwnerOf(uint32_t conn_id) const { return static_cast<int>(conn_id % workers_.size()); }
+  // A fresh non-zero connection id, unique within this engine (ids chosen by the caller must not
+  // collide with these: use one scheme or the other).
+  uint32_t AllocateConnectionId();
+
+  // Registers [base, base+length) in every worker's memory table under the same lkey and rkey
+  // (chosen here, >= core::MemoryTable::kFirstCallerKey). All or nothing.
+  absl::StatusOr<core::MemoryRegion> RegisterMemory(void* base, uint64_t length, uint32_t access);
+  // The caller must not deregister memory that posted work still uses (as ibv_dereg_mr).
+  absl::Status DeregisterMemory(uint32_t lkey);
+
+  // A completion channel with `depth` entries per worker.
+  std::shared_ptr<CompletionChannel> CreateCompletionChannel(size_t depth);
+
+  // Creates the connection on its owner worker. The config must pass core validation and use
+  // plane_count <= planes(); `route` names the peer's address on every plane. The returned
+  // channel is the application's handle for the data path.
+  absl::StatusOr<std::shared_ptr<ConnectionChannel>> CreateConnection(
+      const core::ConnectionConfig& config, const PeerRoute& route,
+      std::shared_ptr<CompletionChannel> send_cq, std::shared_ptr<CompletionChannel> recv_cq);
+  absl::Status DestroyConnection(uint32_t conn_id);
+  absl::StatusOr<ConnectionSnapshot> Snapshot(uint32_t conn_id);
+  absl::Status RequestRotation(uint32_t conn_id, uint16_t path_id);
+  std::vector<WorkerStats> Stats();
+
+  // Data path: tells the owner of `channel` that its rings have work (cheap when it is awake).
+  void Wake(int worker) { workers_[worker]->Wake(); }
+
+  // Runs `fn` on worker `w`'s thread and waits for its result (control path).
+  template <typename R>
+  R Call(int w, absl::AnyInvocable<R(Worker&)> fn) {
+    std::promise<R> promise;
+    std::future<R> future = promise.get_future();
+    workers_[w]->Submit([&promise, fn = std::move(fn)](Worker& worker) mutable {
+      promise.set_value(fn(worker));
+    });
+    return future.get();
+  }
+
+ private:
+  explicit Engine(const EngineOptions& options) : options_(options) {}
+
+  const EngineOptions options_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::unique_ptr<HandoffChannel>> handoff_;  // [from * workers + to]
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> next_conn_id_{1};
+
+  absl::Mutex keys_mu_;  // serializes memory registration across workers
+  uint32_t next_lkey_ ABSL_GUARDED_BY(keys_mu_) = core::MemoryTable::kFirstCallerKey + 0x100;
+};
+
+}  // namespace metaroce::engine

@@ -1,0 +1,530 @@
+#include "lib/engine/worker.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace metaroce::engine {
+namespace {
+
+// A wait shorter than this is spun rather than slept: waking a halted vCPU costs ~20 us
+// (docs: ENVIRONMENT), so sleeping for less only adds latency.
+constexpr core::Duration kMinSleep = std::chrono::microseconds(50);
+// Upper bound of one sleep, so that a missed wake-up can never stall a worker for long.
+constexpr core::Duration kMaxSleep = std::chrono::milliseconds(100);
+// Sleep bound while something waits for the application (a full completion ring): the
+// application frees room without waking us.
+constexpr core::Duration kPendingSleep = std::chrono::milliseconds(1);
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+core::WcStatus RefusalStatus(const absl::Status& s) {
+  // The core's refusal codes (sender.cc / receiver.cc Post*): OutOfRange is LOC_LEN_ERR,
+  // PermissionDenied LOC_PROT_ERR, InvalidArgument a message too long (LOC_LEN_ERR, as ibverbs),
+  // FailedPrecondition a connection in error (flushed).
+  switch (s.code()) {
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kInvalidArgument: return core::WcStatus::kLocLenErr;
+    case absl::StatusCode::kPermissionDenied: return core::WcStatus::kLocProtErr;
+    case absl::StatusCode::kFailedPrecondition: return core::WcStatus::kWrFlushErr;
+    default: return core::WcStatus::kGeneralErr;
+  }
+}
+
+}  // namespace
+
+core::Instant MonotonicNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return core::Instant{int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec};
+}
+
+void Worker::ControlQueue::Push(ControlTask task) {
+  absl::MutexLock lock(&mu_);
+  tasks_.push_back(std::move(task));
+  pending_.store(true, std::memory_order_release);
+}
+
+std::deque<Worker::ControlTask> Worker::ControlQueue::TakeAll() {
+  absl::MutexLock lock(&mu_);
+  pending_.store(false, std::memory_order_relaxed);
+  std::deque<ControlTask> out;
+  out.swap(tasks_);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
+    const WorkerOptions& options, std::vector<std::unique_ptr<io::PacketPort>> ports) {
+  if (ports.empty() || ports.size() > 255) {
+    return absl::InvalidArgumentError("a worker needs one port per plane (1..255 planes)");
+  }
+  for (const auto& p : ports) {
+    if (p == nullptr) return absl::InvalidArgumentError("port factory returned a null port");
+  }
+  const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, "eventfd for the worker's wake-ups");
+  return std::unique_ptr<Worker>(new Worker(options, std::move(ports), fd));
+}
+
+Worker::Worker(const WorkerOptions& options, std::vector<std::unique_ptr<io::PacketPort>> ports,
+               int wake_fd)
+    : options_(options),
+      ports_(std::move(ports)),
+      wake_fd_(wake_fd),
+      sink_(*this),
+      endpoint_(sink_),
+      backlog_(ports_.size()),
+      unflushed_(ports_.size(), false),
+      rx_(std::max<uint32_t>(options.rx_batch, 1)),
+      completion_buf_(64) {
+  stats_.worker = options.id;
+}
+
+Worker::~Worker() {
+  // Connections go before the ports and the sink they reference.
+  owned_.clear();
+  close(wake_fd_);
+}
+
+void Worker::Wire(std::vector<HandoffChannel*> to, std::vector<HandoffChannel*> from,
+                  std::vector<Worker*> all) {
+  handoff_to_ = std::move(to);
+  handoff_from_ = std::move(from);
+  all_ = std::move(all);
+}
+
+void Worker::Submit(ControlTask task) {
+  control_.Push(std::move(task));
+  Wake();
+}
+
+void Worker::Wake() {
+  // Pairs with the fence in Sleep(): either the worker sees our ring/queue write before it
+  // sleeps, or we see `sleeping_` and kick the eventfd.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_relaxed)) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+  }
+}
+
+void Worker::Run(const std::atomic<bool>& stop) {
+  while (!stop.load(std::memory_order_acquire)) {
+    if (RunOnce()) {
+      idle_loops_ = 0;
+      continue;
+    }
+    if (options_.idle == IdleStrategy::kSpin || ++idle_loops_ < options_.spins_before_sleep) {
+      CpuRelax();
+      continue;
+    }
+    Sleep();
+  }
+  // Control tasks submitted during shutdown still get an answer.
+  RunControlTasks();
+}
+
+bool Worker::RunOnce() {
+  ++stats_.loops;
+  size_t work = 0;
+  if (control_.pending()) work += RunControlTasks();
+  work += DrainBacklogs();
+  core::Instant now = MonotonicNow();
+  work += ReceiveFromPorts(now);
+  work += ReceiveHandoffs(now);
+  work += DrainCommands(now);
+  now = MonotonicNow();
+  if (endpoint_.NextDeadline() <= now) {
+    endpoint_.OnTimer(now);
+    ++work;
+  }
+  for (auto& [id, oc] : owned_) DeliverCompletions(oc);
+  FlushPorts();
+  return work > 0;
+}
+
+size_t Worker::RunControlTasks() {
+  std::deque<ControlTask> tasks = control_.TakeAll();
+  for (ControlTask& t : tasks) t(*this);
+  return tasks.size();
+}
+
+// ---- transmit ----
+
+void Worker::PortSink::Transmit(const core::TxMeta& meta, std::span<const std::byte> headers,
+                                std::span<const std::byte> payload) {
+  Worker& w = w_;
+  auto it = w.owned_.find(meta.conn_id);
+  if (it == w.owned_.end() || meta.plane >= w.ports_.size() ||
+      meta.plane >= it->second.route.plane_addresses.size()) {
+    ++w.stats_.tx_no_route;
+    return;
+  }
+  io::TxPacket p;
+  p.dst = it->second.route.plane_addresses[meta.plane];
+  p.src_port = meta.src_port;
+  p.dst_port = meta.dst_port;
+  p.headers = headers;
+  p.payload = payload;
+  // A non-empty backlog goes first: overtaking it would reorder a path, and the core reads a
+  // reordered path as loss.
+  if (w.backlog_[meta.plane].empty()) {
+    io::PacketPort& port = *w.ports_[meta.plane];
+    for (uint32_t attempt = 0; attempt <= w.options_.tx_send_retries; ++attempt) {
+      if (port.Send(p)) {
+        ++w.stats_.tx_packets;
+        w.unflushed_[meta.plane] = true;
+        return;
+      }
+      port.Flush();
+      w.unflushed_[meta.plane] = false;
+    }
+  }
+  w.Backlog(meta.plane, p);
+}
+
+void Worker::Backlog(uint8_t plane, const io::TxPacket& p) {
+  auto& queue = backlog_[plane];
+  if (queue.size() >= options_.tx_backlog_limit) {
+    ++stats_.tx_backlog_dropped;
+    return;
+  }
+  ++stats_.tx_backlogged;
+  BacklogPacket& b = queue.emplace_back();
+  if (!spare_buffers_.empty()) {
+    b.bytes = std::move(spare_buffers_.back());
+    spare_buffers_.pop_back();
+  }
+  b.bytes.assign(p.headers.begin(), p.headers.end());
+  b.bytes.insert(b.bytes.end(), p.payload.begin(), p.payload.end());
+  b.header_bytes = p.headers.size();
+  b.dst = p.dst;
+  b.src_port = p.src_port;
+  b.dst_port = p.dst_port;
+}
+
+size_t Worker::DrainBacklogs() {
+  size_t sent = 0;
+  for (size_t plane = 0; plane < backlog_.size(); ++plane) {
+    auto& queue = backlog_[plane];
+    while (!queue.empty()) {
+      BacklogPacket& b = queue.front();
+      io::TxPacket p;
+      p.dst = b.dst;
+      p.src_port = b.src_port;
+      p.dst_port = b.dst_port;
+      p.headers = std::span<const std::byte>(b.bytes.data(), b.header_bytes);
+      p.payload = std::span<const std::byte>(b.bytes).subspan(b.header_bytes);
+      if (!ports_[plane]->Send(p)) {
+        ports_[plane]->Flush();
+        unflushed_[plane] = false;
+        break;
+      }
+      ++stats_.tx_packets;
+      unflushed_[plane] = true;
+      if (spare_buffers_.size() < 256) spare_buffers_.push_back(std::move(b.bytes));
+      queue.pop_front();
+      ++sent;
+    }
+  }
+  return sent;
+}
+
+void Worker::FlushPorts() {
+  for (size_t plane = 0; plane < ports_.size(); ++plane) {
+    if (unflushed_[plane]) {
+      ports_[plane]->Flush();
+      unflushed_[plane] = false;
+    }
+  }
+}
+
+// ---- receive ----
+
+void Worker::Dispatch(core::Instant now, std::span<const std::byte> datagram,
+                      const core::RxMeta& meta) {
+  const int workers = options_.workers;
+  if (workers > 1 && datagram.size() >= 8) {
+    // BaseHeader.dest_conn (lib/wire/packet.h, offset 4) names the owner; the full parse and
+    // every check happen in the owner's Endpoint.
+    uint32_t be = 0;
+    std::memcpy(&be, datagram.data() + 4, sizeof(be));
+    const int owner = static_cast<int>(__builtin_bswap32(be) % static_cast<uint32_t>(workers));
+    if (owner != options_.id) {
+      switch (handoff_to_[owner]->TryPush(datagram, meta)) {
+        case HandoffChannel::PushResult::kQueued:
+          ++stats_.handoff_sent;
+          all_[owner]->Wake();
+          break;
+        case HandoffChannel::PushResult::kNoSlot: ++stats_.handoff_dropped; break;
+        case HandoffChannel::PushResult::kTooLarge: ++stats_.handoff_too_large; break;
+      }
+      return;
+    }
+  }
+  endpoint_.OnDatagram(now, datagram, meta);
+}
+
+size_t Worker::ReceiveFromPorts(core::Instant now) {
+  size_t total = 0;
+  for (size_t plane = 0; plane < ports_.size(); ++plane) {
+    io::PacketPort& port = *ports_[plane];
+    const size_t n = port.Receive(std::span<io::RxPacket>(rx_));
+    for (size_t i = 0; i < n; ++i) {
+      const io::RxPacket& r = rx_[i];
+      core::RxMeta meta{r.src_port, r.dst_port, static_cast<uint8_t>(plane), r.ce};
+      Dispatch(now, r.payload, meta);
+    }
+    if (n > 0) port.Release(std::span<const io::RxPacket>(rx_.data(), n));
+    stats_.rx_packets += n;
+    total += n;
+  }
+  return total;
+}
+
+size_t Worker::ReceiveHandoffs(core::Instant now) {
+  size_t total = 0;
+  for (HandoffChannel* ch : handoff_from_) {
+    if (ch == nullptr) continue;
+    total += ch->Drain(options_.rx_batch, [&](std::span<const std::byte> d, const core::RxMeta& m) {
+      endpoint_.OnDatagram(now, d, m);
+    });
+  }
+  stats_.handoff_received += total;
+  return total;
+}
+
+// ---- application rings ----
+
+bool Worker::PushCompletion(OwnedConnection& oc, const core::Completion& c) {
+  const bool recv = c.opcode == core::WcOpcode::kRecv ||
+                    c.opcode == core::WcOpcode::kRecvRdmaWithImm;
+  CompletionChannel& cq = recv ? oc.channel->recv_cq() : oc.channel->send_cq();
+  if (!cq.ring(options_.id).TryPush(c)) return false;
+  ++stats_.completions;
+  return true;
+}
+
+size_t Worker::DrainCommands(core::Instant now) {
+  size_t total = 0;
+  const uint32_t budget = options_.commands_per_loop;
+  for (auto& [id, oc] : owned_) {
+    ConnectionChannel& ch = *oc.channel;
+    // Receives first: they are what lets the peer's sends progress.
+    oc.recv_blocked = false;
+    for (uint32_t i = 0; i < budget; ++i) {
+      core::RecvWorkRequest* wr = ch.recvs.Front();
+      if (wr == nullptr) break;
+      const absl::Status s = oc.conn->PostRecv(now, *wr);
+      if (absl::IsResourceExhausted(s)) {
+        oc.recv_blocked = true;  // stays in the ring until the core has room
+        break;
+      }
+      if (!s.ok()) {
+        core::Completion c;
+        c.wr_id = wr->wr_id;
+        c.status = RefusalStatus(s);
+        c.opcode = core::WcOpcode::kRecv;
+        c.conn_id = id;
+        if (!PushCompletion(oc, c)) break;  // retried when the application polls
+        ++stats_.commands_refused;
+      }
+      ch.recvs.PopFront();
+      ++total;
+    }
+    oc.send_blocked = false;
+    for (uint32_t i = 0; i < budget; ++i) {
+      core::SendWorkRequest* wr = ch.sends.Front();
+      if (wr == nullptr) break;
+      const absl::Status s = oc.conn->PostSend(now, *wr);
+      if (absl::IsResourceExhausted(s)) {
+        oc.send_blocked = true;
+        break;
+      }
+      if (!s.ok()) {
+        // A refused request always completes, signaled or not, so the application learns why.
+        core::Completion c;
+        c.wr_id = wr->wr_id;
+        c.status = RefusalStatus(s);
+        c.opcode = (wr->opcode == core::WrOpcode::kSend || wr->opcode == core::WrOpcode::kSendWithImm)
+                       ? core::WcOpcode::kSend
+                       : core::WcOpcode::kRdmaWrite;
+        c.conn_id = id;
+        if (!PushCompletion(oc, c)) break;
+        ++stats_.commands_refused;
+      }
+      ch.sends.PopFront();
+      ++total;
+    }
+  }
+  return total;
+}
+
+void Worker::DeliverCompletions(OwnedConnection& oc) {
+  ConnectionChannel& ch = *oc.channel;
+  auto& send_ring = ch.send_cq().ring(options_.id);
+  auto& recv_ring = ch.recv_cq().ring(options_.id);
+  oc.completions_pending = false;
+  while (true) {
+    // Take from the core only what certainly fits: a completion left in the core is kept, one
+    // taken out must not be dropped.
+    size_t room = std::min(send_ring.FreeApprox(), recv_ring.FreeApprox());
+    room = std::min(room, completion_buf_.size());
+    if (room == 0) {
+      oc.completions_pending = true;
+      break;
+    }
+    const size_t n = oc.conn->PollCompletions(std::span<core::Completion>(completion_buf_.data(), room));
+    for (size_t i = 0; i < n; ++i) PushCompletion(oc, completion_buf_[i]);
+    if (n < room) break;
+  }
+  core::PathEvent events[16];
+  size_t n;
+  while ((n = oc.conn->PollEvents(events)) > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!ch.events.TryPush(events[i])) ch.events_dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  const PublishedState now{oc.conn->state() == core::Connection::State::kError,
+                           oc.conn->error_status()};
+  if (now.error != oc.published.error || now.error_status != oc.published.error_status) {
+    ch.Publish(now);
+    oc.published = now;
+  }
+}
+
+// ---- idling ----
+
+bool Worker::HasPendingWork() {
+  if (control_.pending()) return true;
+  for (HandoffChannel* ch : handoff_from_) {
+    if (ch != nullptr && !ch->EmptyApprox()) return true;
+  }
+  for (const auto& q : backlog_) {
+    if (!q.empty()) return true;
+  }
+  for (auto& [id, oc] : owned_) {
+    if (!oc.send_blocked && !oc.channel->sends.EmptyApprox()) return true;
+    if (!oc.recv_blocked && !oc.channel->recvs.EmptyApprox()) return true;
+  }
+  return false;
+}
+
+void Worker::Sleep() {
+  sleeping_.store(true, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (HasPendingWork()) {
+    sleeping_.store(false, std::memory_order_relaxed);
+    idle_loops_ = 0;
+    return;
+  }
+  const core::Instant now = MonotonicNow();
+  core::Duration timeout = kMaxSleep;
+  const core::Instant deadline = endpoint_.NextDeadline();
+  if (deadline != core::kNever) timeout = std::min(timeout, deadline - now);
+  bool pending = false;
+  for (auto& [id, oc] : owned_) pending = pending || oc.completions_pending;
+  if (pending) timeout = std::min(timeout, kPendingSleep);
+  std::vector<pollfd> fds;
+  fds.reserve(ports_.size() + 1);
+  fds.push_back({wake_fd_, POLLIN, 0});
+  for (const auto& p : ports_) {
+    const int fd = p->wait_fd();
+    if (fd < 0) {
+      // A port we cannot wait on is checked at least this often.
+      timeout = std::min(timeout, core::Duration(kMinSleep));
+    } else {
+      fds.push_back({fd, POLLIN, 0});
+    }
+  }
+  if (timeout >= kMinSleep) {
+    ++stats_.sleeps;
+    timespec ts{static_cast<time_t>(timeout.count() / 1'000'000'000),
+                static_cast<long>(timeout.count() % 1'000'000'000)};
+    ppoll(fds.data(), fds.size(), &ts, nullptr);
+  }
+  sleeping_.store(false, std::memory_order_relaxed);
+  uint64_t drained;
+  [[maybe_unused]] ssize_t r = read(wake_fd_, &drained, sizeof(drained));
+  idle_loops_ = 0;
+}
+
+// ---- control path (owner thread) ----
+
+absl::Status Worker::AddConnection(const core::ConnectionConfig& config, const PeerRoute& route,
+                                   std::shared_ptr<ConnectionChannel> channel) {
+  if (route.plane_addresses.size() < config.plane_count || config.plane_count > ports_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "connection uses ", config.plane_count, " planes; the route names ",
+        route.plane_addresses.size(), " peer addresses and the worker has ", ports_.size(),
+        " ports"));
+  }
+  absl::StatusOr<core::Connection*> conn = endpoint_.CreateConnection(config);
+  if (!conn.ok()) return conn.status();
+  OwnedConnection& oc = owned_[config.local_conn_id];
+  oc.conn = *conn;
+  oc.channel = std::move(channel);
+  oc.route = route;
+  ++stats_.connections;
+  return absl::OkStatus();
+}
+
+absl::Status Worker::RemoveConnection(uint32_t conn_id) {
+  auto it = owned_.find(conn_id);
+  if (it == owned_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", options_.id, " owns no connection ", conn_id));
+  }
+  // Completions still in the core are delivered if there is room; the rest go with it.
+  DeliverCompletions(it->second);
+  owned_.erase(it);
+  --stats_.connections;
+  return endpoint_.DestroyConnection(conn_id);
+}
+
+absl::StatusOr<ConnectionSnapshot> Worker::Snapshot(uint32_t conn_id) {
+  auto it = owned_.find(conn_id);
+  if (it == owned_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", options_.id, " owns no connection ", conn_id));
+  }
+  const core::Connection& c = *it->second.conn;
+  ConnectionSnapshot s;
+  s.conn_id = conn_id;
+  s.owner = options_.id;
+  s.state = c.state();
+  s.error_status = c.error_status();
+  s.counters = c.counters();
+  for (uint16_t p = 0; p < c.path_count(); ++p) s.paths.push_back(c.path_stats(p));
+  s.outstanding_sends = c.outstanding_sends();
+  s.posted_receives = c.posted_receives();
+  s.events_dropped = it->second.channel->events_dropped.load(std::memory_order_relaxed);
+  return s;
+}
+
+absl::Status Worker::RequestRotation(uint32_t conn_id, uint16_t path_id) {
+  core::Connection* c = endpoint_.Find(conn_id);
+  if (c == nullptr) return absl::NotFoundError(absl::StrCat("no connection ", conn_id));
+  return c->RequestRotation(MonotonicNow(), path_id);
+}
+
+WorkerStats Worker::Stats() const {
+  WorkerStats s = stats_;
+  s.endpoint = endpoint_.counters();
+  for (const auto& p : ports_) {
+    s.ports.push_back(p->stats());
+    s.port_descriptions.push_back(p->description());
+  }
+  return s;
+}
+
+}  // namespace metaroce::engine

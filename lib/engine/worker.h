@@ -1,0 +1,208 @@
+// One engine worker: a thread that runs to completion over its own shard of connections.
+//
+// A worker owns, and alone touches:
+//   - its packet ports, one per plane (supplied by the engine's PortFactory),
+//   - a core::Endpoint holding the connections it owns and its replica of the memory table,
+//   - the transmit side (PortSink): core TxMeta -> the plane's port, destination = the
+//     connection's peer address on that plane; a full port is flushed and retried a bounded number
+//     of times, then the packet waits in a per-plane backlog drained first thing next loop (never
+//     dropped silently: beyond tx_backlog_limit packets it is dropped and counted, and the
+//     protocol's loss recovery resends it),
+//   - timers (Endpoint::NextDeadline / OnTimer, with CLOCK_MONOTONIC as `now`),
+//   - the consumer side of its connections' send/receive rings, the producer side of its
+//     completion rings, and both ends of its handoff channels.
+//
+// Threading: everything marked "owner thread" runs on the worker's thread only: the loop itself
+// and the control tasks it runs between iterations. Submit() and Wake() are safe from any thread.
+// No lock is taken on the data path; the control queue has a mutex, checked through an atomic
+// flag so that an idle control path costs one load per loop.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/core/endpoint.h"
+#include "lib/engine/channels.h"
+#include "lib/engine/handoff.h"
+#include "lib/io/packet_port.h"
+
+namespace metaroce::engine {
+
+enum class IdleStrategy : uint8_t {
+  kSpin,  // never sleep: lowest latency, one busy core per worker
+  kPoll,  // after `spins_before_sleep` empty loops, block in ppoll() on the ports' wait_fds and
+          // the worker's wake eventfd until a packet, a request or the next timer
+};
+
+struct WorkerOptions {
+  int id = 0;
+  int workers = 1;
+  IdleStrategy idle = IdleStrategy::kPoll;
+  uint32_t spins_before_sleep = 256;
+  uint32_t rx_batch = 32;                // packets per Receive() call
+  uint32_t tx_send_retries = 4;          // Flush-and-retry attempts before backlogging
+  uint32_t tx_backlog_limit = 4096;      // packets per plane
+  uint32_t commands_per_loop = 256;      // per connection and ring, for fairness
+};
+
+// Where a connection's peer is: its address on each plane (index = plane).
+struct PeerRoute {
+  std::vector<io::IpAddress> plane_addresses;
+};
+
+struct WorkerStats {
+  int worker = 0;
+  uint64_t loops = 0;
+  uint64_t sleeps = 0;
+  uint64_t rx_packets = 0;           // from this worker's ports
+  uint64_t handoff_sent = 0;         // received here for a connection another worker owns
+  uint64_t handoff_received = 0;
+  uint64_t handoff_dropped = 0;      // owner's handoff ring had no free slot (receive drop)
+  uint64_t handoff_too_large = 0;    // datagram larger than a handoff slot (receive drop)
+  uint64_t tx_packets = 0;           // accepted by a port
+  uint64_t tx_backlogged = 0;        // port full after retries: kept for the next loop
+  uint64_t tx_backlog_dropped = 0;   // backlog full too: dropped (loss recovery resends)
+  uint64_t tx_no_route = 0;          // no route for (connection, plane): a bug if non-zero
+  uint64_t commands_refused = 0;     // work requests the core refused (error completion sent)
+  uint64_t completions = 0;          // delivered to completion rings
+  uint64_t connections = 0;
+  core::EndpointCounters endpoint;
+  std::vector<io::PortStats> ports;  // per plane
+  std::vector<std::string> port_descriptions;
+};
+
+// Everything about one connection, taken on its owner thread.
+struct ConnectionSnapshot {
+  uint32_t conn_id = 0;
+  int owner = 0;
+  core::Connection::State state = core::Connection::State::kReady;
+  core::WcStatus error_status = core::WcStatus::kSuccess;
+  core::ConnectionCounters counters;
+  std::vector<core::PathStats> paths;
+  size_t outstanding_sends = 0;
+  size_t posted_receives = 0;
+  uint64_t events_dropped = 0;
+};
+
+// Current CLOCK_MONOTONIC time as a core Instant.
+core::Instant MonotonicNow();
+
+class Worker {
+ public:
+  using ControlTask = absl::AnyInvocable<void(Worker&)>;
+
+  // `ports[p]` is the port of plane p. Fails if the wake eventfd cannot be created.
+  static absl::StatusOr<std::unique_ptr<Worker>> Create(
+      const WorkerOptions& options, std::vector<std::unique_ptr<io::PacketPort>> ports);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Before Run(): the handoff channels to and from every other worker (index = worker id; the
+  // own index is null) and every worker, for waking them.
+  void Wire(std::vector<HandoffChannel*> to, std::vector<HandoffChannel*> from,
+            std::vector<Worker*> all);
+
+  // Owner thread: runs the loop until `stop` becomes true (set it, then Wake()).
+  void Run(const std::atomic<bool>& stop);
+
+  // Any thread: queues a control task, run by the owner thread between loop iterations.
+  void Submit(ControlTask task);
+  // Any thread: makes a sleeping worker run its loop again.
+  void Wake();
+
+  int id() const { return options_.id; }
+
+  // ---- Owner thread only (control tasks) ----
+  core::Endpoint& endpoint() { return endpoint_; }
+  absl::Status AddConnection(const core::ConnectionConfig& config, const PeerRoute& route,
+                             std::shared_ptr<ConnectionChannel> channel);
+  absl::Status RemoveConnection(uint32_t conn_id);
+  absl::StatusOr<ConnectionSnapshot> Snapshot(uint32_t conn_id);
+  WorkerStats Stats() const;
+  absl::Status RequestRotation(uint32_t conn_id, uint16_t path_id);
+
+ private:
+  class PortSink : public core::PacketSink {
+   public:
+    explicit PortSink(Worker& w) : w_(w) {}
+    void Transmit(const core::TxMeta& meta, std::span<const std::byte> headers,
+                  std::span<const std::byte> payload) override;
+
+   private:
+    Worker& w_;
+  };
+  struct BacklogPacket {
+    std::vector<std::byte> bytes;  // headers then payload
+    size_t header_bytes = 0;
+    io::IpAddress dst;
+    uint16_t src_port = 0, dst_port = 0;
+  };
+  struct OwnedConnection {
+    core::Connection* conn = nullptr;
+    std::shared_ptr<ConnectionChannel> channel;
+    PeerRoute route;
+    bool send_blocked = false;         // the core's send queue was full at the last attempt
+    bool recv_blocked = false;
+    bool completions_pending = false;  // a completion ring was full
+    PublishedState published;
+  };
+  class ControlQueue {
+   public:
+    void Push(ControlTask task) ABSL_LOCKS_EXCLUDED(mu_);
+    std::deque<ControlTask> TakeAll() ABSL_LOCKS_EXCLUDED(mu_);
+    bool pending() const { return pending_.load(std::memory_order_acquire); }
+
+   private:
+    absl::Mutex mu_;
+    std::deque<ControlTask> tasks_ ABSL_GUARDED_BY(mu_);
+    std::atomic<bool> pending_{false};
+  };
+
+  Worker(const WorkerOptions& options, std::vector<std::unique_ptr<io::PacketPort>> ports,
+         int wake_fd);
+
+  bool RunOnce();
+  size_t RunControlTasks();
+  size_t DrainBacklogs();
+  size_t ReceiveFromPorts(core::Instant now);
+  size_t ReceiveHandoffs(core::Instant now);
+  size_t DrainCommands(core::Instant now);
+  void DeliverCompletions(OwnedConnection& oc);
+  void FlushPorts();
+  bool HasPendingWork();
+  void Sleep();
+  void Dispatch(core::Instant now, std::span<const std::byte> datagram, const core::RxMeta& meta);
+  void Backlog(uint8_t plane, const io::TxPacket& packet);
+  bool PushCompletion(OwnedConnection& oc, const core::Completion& c);
+
+  const WorkerOptions options_;
+  std::vector<std::unique_ptr<io::PacketPort>> ports_;
+  const int wake_fd_;
+  PortSink sink_;
+  core::Endpoint endpoint_;
+  absl::flat_hash_map<uint32_t, OwnedConnection> owned_;
+  std::vector<std::deque<BacklogPacket>> backlog_;   // per plane
+  std::vector<std::vector<std::byte>> spare_buffers_;  // recycled backlog buffers
+  std::vector<bool> unflushed_;                        // per plane
+  std::vector<io::RxPacket> rx_;
+  std::vector<core::Completion> completion_buf_;
+  std::vector<HandoffChannel*> handoff_to_, handoff_from_;
+  std::vector<Worker*> all_;
+  ControlQueue control_;
+  std::atomic<bool> sleeping_{false};
+  uint32_t idle_loops_ = 0;
+  WorkerStats stats_;
+};
+
+}  // namespace metaroce::engine

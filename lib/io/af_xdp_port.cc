@@ -1,0 +1,444 @@
+#include "lib/io/af_xdp_port.h"
+
+#include <linux/if_xdp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <xdp/xsk.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "lib/io/interface_info.h"
+#include "lib/io/neighbor.h"
+
+#ifndef SO_PREFER_BUSY_POLL
+#define SO_PREFER_BUSY_POLL 69
+#endif
+#ifndef SO_BUSY_POLL_BUDGET
+#define SO_BUSY_POLL_BUDGET 70
+#endif
+
+namespace metaroce::io {
+
+struct AfXdpPort::Rings {
+  xsk_ring_prod fill{};
+  xsk_ring_cons completion{};
+  xsk_ring_cons rx{};
+  xsk_ring_prod tx{};
+};
+
+namespace {
+
+std::string MemlockFix() {
+  return "UMEM pages are pinned against RLIMIT_MEMLOCK: raise it (`ulimit -l unlimited`, "
+         "LimitMEMLOCK=infinity, or AfXdpPort::RaiseMemlockLimit()) or grant CAP_IPC_LOCK";
+}
+
+uint32_t NextPowerOfTwo(uint32_t v) { return std::bit_ceil(std::max(v, 1u)); }
+
+}  // namespace
+
+absl::StatusOr<uint64_t> AfXdpPort::RaiseMemlockLimit() {
+  rlimit limit{RLIM_INFINITY, RLIM_INFINITY};
+  if (setrlimit(RLIMIT_MEMLOCK, &limit) == 0) return UINT64_MAX;
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return absl::ErrnoToStatus(errno, "getrlimit");
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_MEMLOCK, &limit) != 0) {
+    return absl::ErrnoToStatus(errno, "setrlimit(RLIMIT_MEMLOCK) to the hard limit");
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? UINT64_MAX : static_cast<uint64_t>(limit.rlim_cur);
+}
+
+AfXdpPort::AfXdpPort(Options options) : options_(std::move(options)), rings_(new Rings) {}
+
+AfXdpPort::~AfXdpPort() {
+  if (xsk_ != nullptr) xsk_socket__delete(xsk_);
+  if (umem_ != nullptr) xsk_umem__delete(umem_);
+  if (umem_area_ != nullptr) munmap(umem_area_, umem_bytes_);
+}
+
+absl::StatusOr<std::unique_ptr<AfXdpPort>> AfXdpPort::Open(Options options) {
+  std::unique_ptr<AfXdpPort> port(new AfXdpPort(std::move(options)));
+  absl::Status status = port->Init();
+  if (!status.ok()) return status;
+  return port;
+}
+
+absl::Status AfXdpPort::Init() {
+  const Options& o = options_;
+  if (o.frame_size != 2048 && o.frame_size != 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame_size must be 2048 or 4096 bytes, not ", o.frame_size));
+  }
+  if (o.frame_count < 4 || o.ring_size == 0 || !std::has_single_bit(o.ring_size) ||
+      o.batch_size == 0) {
+    return absl::InvalidArgumentError(
+        "frame_count must be >= 4, ring_size a power of two, batch_size > 0");
+  }
+  absl::StatusOr<InterfaceInfo> info = ReadInterfaceInfo(o.ifname);
+  if (!info.ok()) return info.status();
+  ifindex_ = info->index;
+  if (o.queue_id >= info->rx_queue_count) {
+    return absl::NotFoundError(absl::StrCat(
+        o.ifname, " has ", info->rx_queue_count, " receive queue(s); queue ", o.queue_id,
+        " does not exist (add channels with `ethtool -L`, or veth numrxqueues/numtxqueues)"));
+  }
+  local_mac_ = o.local_mac.is_zero() ? info->mac : o.local_mac;
+  if (o.local_ip) {
+    local_ip_ = *o.local_ip;
+  } else if (!info->ipv4.empty()) {
+    local_ip_ = info->ipv4.front().address;
+  } else if (!info->ipv6.empty()) {
+    local_ip_ = info->ipv6.front().address;
+  } else {
+    return absl::FailedPreconditionError(
+        absl::StrCat(o.ifname, " has no IP address: add one (`ip addr add`) or set local_ip"));
+  }
+  if (o.resolve_next_hop) {
+    resolver_ = o.resolve_next_hop;
+  } else {
+    auto table = std::make_shared<NeighborTable>(NeighborTable::Options{.ifindex = ifindex_});
+    resolver_ = [table](const IpAddress& ip) { return table->Resolve(ip); };
+  }
+
+  if (absl::Status s = MapUmem(); !s.ok()) return s;
+  if (absl::Status s = CreateSocket(); !s.ok()) return s;
+
+  // Half the frames receive (all in the fill ring now), half transmit.
+  const uint32_t rx_frames = o.frame_count / 2;
+  for (uint32_t i = rx_frames; i < o.frame_count; ++i) {
+    free_tx_frames_.push_back(static_cast<uint64_t>(i) * o.frame_size);
+  }
+  fill_backlog_.reserve(rx_frames);
+  for (uint32_t i = 0; i < rx_frames; ++i) {
+    fill_backlog_.push_back(static_cast<uint64_t>(i) * o.frame_size);
+  }
+  RefillFillRing();
+  if (!fill_backlog_.empty()) {
+    return absl::InternalError("fill ring smaller than the receive frames (bug)");
+  }
+
+  if (o.busy_poll) {
+    const int one = 1;
+    const int usecs = static_cast<int>(o.busy_poll_usecs);
+    const int budget = static_cast<int>(o.batch_size);
+    std::string failed;
+    if (setsockopt(xsk_fd_, SOL_SOCKET, SO_PREFER_BUSY_POLL, &one, sizeof one) != 0) {
+      failed = absl::StrCat("SO_PREFER_BUSY_POLL: ", std::strerror(errno));
+    } else if (setsockopt(xsk_fd_, SOL_SOCKET, SO_BUSY_POLL, &usecs, sizeof usecs) != 0) {
+      failed = absl::StrCat("SO_BUSY_POLL: ", std::strerror(errno));
+    } else if (setsockopt(xsk_fd_, SOL_SOCKET, SO_BUSY_POLL_BUDGET, &budget, sizeof budget) !=
+               0) {
+      failed = absl::StrCat("SO_BUSY_POLL_BUDGET: ", std::strerror(errno));
+    }
+    busy_poll_state_ = failed.empty() ? "busy_poll" : "busy_poll unsupported (" + failed + ")";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AfXdpPort::MapUmem() {
+  umem_bytes_ = static_cast<size_t>(options_.frame_count) * options_.frame_size;
+  constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE;
+  if (options_.huge_pages) {
+    constexpr size_t kHugePage = 2u << 20;
+    const size_t rounded = (umem_bytes_ + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, kFlags | MAP_HUGETLB, -1, 0);
+    if (p != MAP_FAILED) {
+      umem_area_ = p;
+      umem_bytes_ = rounded;
+      umem_huge_pages_ = true;
+      return absl::OkStatus();
+    }
+  }
+  void* p = mmap(nullptr, umem_bytes_, PROT_READ | PROT_WRITE, kFlags, -1, 0);
+  if (p == MAP_FAILED) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("mmap of a ", umem_bytes_, "-byte UMEM"));
+  }
+  umem_area_ = p;
+  return absl::OkStatus();
+}
+
+absl::Status AfXdpPort::CreateSocket() {
+  const Options& o = options_;
+  const uint32_t rx_frames = o.frame_count / 2;
+  const uint32_t tx_frames = o.frame_count - rx_frames;
+  xsk_umem_config umem_config{};
+  umem_config.fill_size = NextPowerOfTwo(rx_frames);
+  umem_config.comp_size = NextPowerOfTwo(tx_frames);
+  umem_config.frame_size = o.frame_size;
+  umem_config.frame_headroom = 0;
+  umem_config.flags = 0;
+
+  xsk_socket_config socket_config{};
+  socket_config.rx_size = o.ring_size;
+  socket_config.tx_size = o.ring_size;
+  socket_config.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
+  socket_config.xdp_flags = 0;
+
+  std::vector<uint16_t> modes;
+  if (o.zero_copy != ZeroCopy::kOff) modes.push_back(XDP_ZEROCOPY);
+  if (o.zero_copy != ZeroCopy::kOn) modes.push_back(XDP_COPY);
+
+  const auto deadline = std::chrono::steady_clock::now() + o.busy_retry_budget;
+  for (size_t mode_index = 0; mode_index < modes.size();) {
+    // A fresh UMEM per attempt: a failed xsk_socket__create leaves the UMEM's rings in a state
+    // libxdp does not promise to reuse.
+    int err = xsk_umem__create(&umem_, umem_area_, umem_bytes_, &rings_->fill,
+                               &rings_->completion, &umem_config);
+    if (err != 0) {
+      umem_ = nullptr;
+      if (err == -ENOMEM || err == -EPERM || err == -EAGAIN) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("registering a ", umem_bytes_, "-byte UMEM failed (",
+                         std::strerror(-err), "): ", MemlockFix()));
+      }
+      return absl::ErrnoToStatus(-err, "xsk_umem__create");
+    }
+    socket_config.bind_flags = static_cast<uint16_t>(
+        modes[mode_index] | (o.need_wakeup ? XDP_USE_NEED_WAKEUP : 0));
+    err = xsk_socket__create(&xsk_, o.ifname.c_str(), o.queue_id, umem_, &rings_->rx,
+                             &rings_->tx, &socket_config);
+    if (err == 0) {
+      zero_copy_ = modes[mode_index] == XDP_ZEROCOPY;
+      xsk_fd_ = xsk_socket__fd(xsk_);
+      return absl::OkStatus();
+    }
+    xsk_ = nullptr;
+    xsk_umem__delete(umem_);
+    umem_ = nullptr;
+    if (err == -EBUSY && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (err == -EBUSY) {
+      return absl::UnavailableError(absl::StrCat(
+          "queue ", o.queue_id, " of ", o.ifname,
+          " is busy: another AF_XDP socket is bound to it (close it, or use another queue); "
+          "still busy after retrying for ",
+          std::chrono::duration_cast<std::chrono::milliseconds>(o.busy_retry_budget).count(),
+          " ms"));
+    }
+    if (modes[mode_index] == XDP_ZEROCOPY && (err == -EOPNOTSUPP || err == -EINVAL)) {
+      zero_copy_refusal_ = std::strerror(-err);
+      if (mode_index + 1 < modes.size()) {
+        ++mode_index;  // kAuto: fall back to copy mode
+        continue;
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the driver of ", o.ifname, " refuses AF_XDP zero-copy (", zero_copy_refusal_,
+          "): use zero_copy auto or off (copy mode)"));
+    }
+    if (err == -ENOMEM || err == -EPERM) {
+      return absl::ResourceExhaustedError(absl::StrCat("AF_XDP socket on ", o.ifname, " queue ",
+                                                       o.queue_id, ": ", std::strerror(-err),
+                                                       ". ", MemlockFix(),
+                                                       "; opening XSKs needs CAP_NET_RAW"));
+    }
+    return absl::ErrnoToStatus(-err, absl::StrCat("xsk_socket__create on ", o.ifname, " queue ",
+                                                  o.queue_id));
+  }
+  return absl::InternalError("no AF_XDP bind mode to try (bug)");
+}
+
+void AfXdpPort::RefillFillRing() {
+  if (fill_backlog_.empty()) return;
+  uint32_t index = 0;
+  uint32_t n = static_cast<uint32_t>(fill_backlog_.size());
+  const uint32_t free_slots = xsk_prod_nb_free(&rings_->fill, n);
+  n = std::min(n, free_slots);
+  if (n == 0 || xsk_ring_prod__reserve(&rings_->fill, n, &index) != n) return;
+  const size_t first = fill_backlog_.size() - n;
+  for (uint32_t i = 0; i < n; ++i) {
+    *xsk_ring_prod__fill_addr(&rings_->fill, index + i) = fill_backlog_[first + i];
+  }
+  xsk_ring_prod__submit(&rings_->fill, n);
+  fill_backlog_.resize(first);
+  KickFillRing();
+}
+
+void AfXdpPort::KickFillRing() {
+  // With need_wakeup the kernel sets the flag when it ran out of fill entries and stopped; a
+  // receive-side syscall restarts it (zero-copy drivers; harmless in copy mode).
+  if (options_.need_wakeup && xsk_ring_prod__needs_wakeup(&rings_->fill)) {
+    recvfrom(xsk_fd_, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
+  }
+}
+
+void AfXdpPort::ReclaimCompletions() {
+  uint32_t index = 0;
+  const uint32_t done = xsk_ring_cons__peek(&rings_->completion, options_.frame_count, &index);
+  if (done == 0) return;
+  for (uint32_t i = 0; i < done; ++i) {
+    free_tx_frames_.push_back(*xsk_ring_cons__comp_addr(&rings_->completion, index + i));
+  }
+  xsk_ring_cons__release(&rings_->completion, done);
+  tx_in_flight_ -= std::min(tx_in_flight_, done);
+}
+
+bool AfXdpPort::Send(const TxPacket& packet) {
+  if (free_tx_frames_.empty()) ReclaimCompletions();
+  if (free_tx_frames_.empty()) {
+    ++stats_.tx_ring_full;
+    return false;
+  }
+  absl::StatusOr<MacAddress> next_hop = resolver_(packet.dst);
+  if (!next_hop.ok()) {
+    ++stats_.tx_unroutable;
+    return true;
+  }
+  const uint64_t addr = free_tx_frames_.back();
+  FrameAddresses a;
+  a.src_mac = local_mac_;
+  a.dst_mac = *next_hop;
+  a.vlan_tci = options_.vlan_tci;
+  a.src_ip = local_ip_;
+  a.dst_ip = packet.dst;
+  a.src_port = packet.src_port;
+  a.dst_port = packet.dst_port;
+  a.ect = packet.ect;
+  a.ttl = options_.ttl;
+  std::span<std::byte> frame(static_cast<std::byte*>(xsk_umem__get_data(umem_area_, addr)),
+                             options_.frame_size);
+  absl::StatusOr<size_t> length = BuildFrame(frame, a, packet.headers, packet.payload);
+  if (!length.ok()) {
+    // Larger than a frame, or another address family than the port's: never sendable as is.
+    ++stats_.tx_unroutable;
+    return true;
+  }
+  uint32_t index = 0;
+  if (xsk_ring_prod__reserve(&rings_->tx, 1, &index) != 1) {
+    ++stats_.tx_ring_full;
+    return false;
+  }
+  free_tx_frames_.pop_back();
+  xdp_desc* desc = xsk_ring_prod__tx_desc(&rings_->tx, index);
+  desc->addr = addr;
+  desc->len = static_cast<uint32_t>(*length);
+  desc->options = 0;
+  ++tx_reserved_unsubmitted_;
+  ++stats_.tx_packets;
+  stats_.tx_bytes += packet.headers.size() + packet.payload.size();
+  return true;
+}
+
+void AfXdpPort::Flush() {
+  if (tx_reserved_unsubmitted_ > 0) {
+    xsk_ring_prod__submit(&rings_->tx, tx_reserved_unsubmitted_);
+    tx_in_flight_ += tx_reserved_unsubmitted_;
+    tx_reserved_unsubmitted_ = 0;
+  }
+  KickTx();
+  ReclaimCompletions();
+}
+
+void AfXdpPort::KickTx() {
+  // Descriptors the kernel has not consumed yet: producer - consumer of the TX ring.
+  auto unconsumed = [this] {
+    return *rings_->tx.producer - __atomic_load_n(rings_->tx.consumer, __ATOMIC_ACQUIRE);
+  };
+  // Copy mode transmits only inside sendto() and at most 32 frames per call (EAGAIN: more
+  // remain), so kick until drained. Zero-copy with need_wakeup: only when the driver asks.
+  const bool must_kick = !zero_copy_ || !options_.need_wakeup ||
+                         xsk_ring_prod__needs_wakeup(&rings_->tx);
+  if (!must_kick) return;
+  uint32_t left = unconsumed();
+  // Bounded: one kick per 32 descriptors plus slack; a kernel making no progress (ENOBUFS,
+  // device busy) is retried by the next Flush().
+  int kicks_left = static_cast<int>(left / 32) + 4;
+  while (left > 0 && kicks_left-- > 0) {
+    const ssize_t r = sendto(xsk_fd_, nullptr, 0, MSG_DONTWAIT, nullptr, 0);
+    if (r < 0 && errno != EAGAIN && errno != EBUSY && errno != ENOBUFS && errno != EINTR) {
+      break;  // ENETDOWN, ENXIO: the descriptors wait in the ring for the next Flush()
+    }
+    const uint32_t now_left = unconsumed();
+    if (now_left == left && r < 0 && errno != EAGAIN) break;
+    left = now_left;
+    if (left > 0) ReclaimCompletions();
+  }
+}
+
+size_t AfXdpPort::Receive(std::span<RxPacket> out) {
+  if (!fill_backlog_.empty()) RefillFillRing();
+  const uint32_t want =
+      static_cast<uint32_t>(std::min<size_t>(out.size(), options_.batch_size));
+  uint32_t index = 0;
+  const uint32_t got = xsk_ring_cons__peek(&rings_->rx, want, &index);
+  if (got == 0) {
+    KickFillRing();
+    if (busy_poll_state_ == "busy_poll") {
+      recvfrom(xsk_fd_, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);  // drives the busy poll
+    }
+    return 0;
+  }
+  const FrameFilter filter{.port = options_.udp_port,
+                           .verify_udp_checksum = options_.verify_udp_checksum};
+  size_t accepted = 0;
+  ParsedFrame parsed;
+  for (uint32_t i = 0; i < got; ++i) {
+    const xdp_desc* desc = xsk_ring_cons__rx_desc(&rings_->rx, index + i);
+    const uint64_t addr = xsk_umem__add_offset_to_addr(desc->addr);
+    const uint64_t frame_base = addr - addr % options_.frame_size;
+    std::span<const std::byte> frame(
+        static_cast<const std::byte*>(xsk_umem__get_data(umem_area_, addr)), desc->len);
+    if (ParseFrame(frame, filter, &parsed) != FrameVerdict::kOk) {
+      ++stats_.rx_dropped;
+      fill_backlog_.push_back(frame_base);
+      continue;
+    }
+    RxPacket& p = out[accepted++];
+    p.payload = parsed.payload;
+    p.src = parsed.src_ip;
+    p.src_port = parsed.src_port;
+    p.dst_port = parsed.dst_port;
+    p.ce = parsed.ce();
+    p.cookie = frame_base;
+    ++stats_.rx_packets;
+    stats_.rx_bytes += parsed.payload.size();
+  }
+  xsk_ring_cons__release(&rings_->rx, got);
+  if (!fill_backlog_.empty()) RefillFillRing();
+  return accepted;
+}
+
+void AfXdpPort::Release(std::span<const RxPacket> packets) {
+  for (const RxPacket& p : packets) fill_backlog_.push_back(p.cookie);
+  RefillFillRing();
+}
+
+PortStats AfXdpPort::stats() const {
+  PortStats s = stats_;
+  xdp_statistics xdp{};
+  socklen_t length = sizeof xdp;
+  if (getsockopt(xsk_fd_, SOL_XDP, XDP_STATISTICS, &xdp, &length) == 0) {
+    s.rx_ring_full = xdp.rx_ring_full;
+    s.fill_ring_empty = xdp.rx_fill_ring_empty_descs;
+    s.rx_invalid_descs = xdp.rx_invalid_descs;
+    s.tx_invalid_descs = xdp.tx_invalid_descs;
+    s.rx_kernel_dropped = xdp.rx_dropped;
+  }
+  return s;
+}
+
+std::string AfXdpPort::description() const {
+  std::string d = absl::StrCat("af_xdp ", options_.ifname, " queue ", options_.queue_id,
+                               zero_copy_ ? " zero-copy" : " copy-mode");
+  if (!zero_copy_refusal_.empty()) {
+    absl::StrAppend(&d, " (zero-copy refused: ", zero_copy_refusal_, ")");
+  }
+  if (options_.need_wakeup) absl::StrAppend(&d, " need_wakeup");
+  if (!busy_poll_state_.empty()) absl::StrAppend(&d, " ", busy_poll_state_);
+  if (umem_huge_pages_) absl::StrAppend(&d, " hugepages");
+  if (options_.huge_pages && !umem_huge_pages_) absl::StrAppend(&d, " (no hugepages available)");
+  absl::StrAppend(&d, " frame ", options_.frame_size);
+  return d;
+}
+
+}  // namespace metaroce::io

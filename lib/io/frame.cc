@@ -1,0 +1,282 @@
+#include "lib/io/frame.h"
+
+#include <bit>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
+namespace metaroce::io {
+namespace {
+
+constexpr uint16_t kEtherTypeIpv4 = 0x0800;
+constexpr uint16_t kEtherTypeIpv6 = 0x86DD;
+constexpr uint16_t kEtherTypeVlan = 0x8100;   // 802.1Q
+constexpr uint16_t kEtherTypeQinQ = 0x88A8;   // 802.1ad outer tag
+constexpr uint8_t kIpProtoUdp = 17;
+constexpr uint8_t kIpv6NextFragment = 44;
+
+uint8_t* U8(std::span<std::byte> s, size_t at) { return reinterpret_cast<uint8_t*>(s.data()) + at; }
+const uint8_t* U8(std::span<const std::byte> s, size_t at) {
+  return reinterpret_cast<const uint8_t*>(s.data()) + at;
+}
+void Put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+
+// One's complement sum of big-endian 16-bit words, host-order numeric value, not folded.
+uint32_t SumWords(const uint8_t* p, size_t n) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i + 1 < n; i += 2) sum += Get16(p + i);
+  if (n & 1) sum += static_cast<uint32_t>(p[n - 1]) << 8;
+  return sum;
+}
+
+// The UDP pseudo-header's sum (RFC 768, RFC 8200 section 8.1), host-order value.
+uint32_t PseudoHeaderSum(const IpAddress& src, const IpAddress& dst, uint32_t udp_length) {
+  const size_t n = src.v6 ? 16 : 4;
+  uint32_t sum = SumWords(src.bytes.data(), n) + SumWords(dst.bytes.data(), n);
+  sum += kIpProtoUdp;
+  sum += (udp_length >> 16) + (udp_length & 0xFFFF);
+  return sum;
+}
+
+}  // namespace
+
+absl::StatusOr<MacAddress> MacAddress::Parse(std::string_view text) {
+  MacAddress mac;
+  unsigned v[6];
+  char tail;
+  const std::string s(text);
+  if (std::sscanf(s.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                  &tail) != 6) {
+    return absl::InvalidArgumentError("not a MAC address (aa:bb:cc:dd:ee:ff): " + s);
+  }
+  for (int i = 0; i < 6; ++i) mac.bytes[i] = static_cast<uint8_t>(v[i]);
+  return mac;
+}
+
+std::string MacAddress::ToString() const {
+  return absl::StrFormat("%02x:%02x:%02x:%02x:%02x:%02x", bytes[0], bytes[1], bytes[2], bytes[3],
+                         bytes[4], bytes[5]);
+}
+
+uint16_t InternetChecksum(std::span<const std::byte> data, uint32_t initial) {
+  // Sum native-order 32-bit loads into 64 bits; the one's complement sum is byte-order
+  // independent up to a final swap (RFC 1071 section 2(B)).
+  const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+  size_t n = data.size();
+  uint64_t sum = 0;
+  while (n >= 4) {
+    uint32_t w;
+    std::memcpy(&w, p, 4);
+    sum += w;
+    p += 4;
+    n -= 4;
+  }
+  if (n >= 2) {
+    uint16_t w;
+    std::memcpy(&w, p, 2);
+    sum += w;
+    p += 2;
+    n -= 2;
+  }
+  if (n == 1) {
+    const uint8_t pair[2] = {p[0], 0};
+    uint16_t w;
+    std::memcpy(&w, pair, 2);
+    sum += w;
+  }
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  uint16_t native = static_cast<uint16_t>(sum);
+  uint16_t host = std::endian::native == std::endian::little ? __builtin_bswap16(native) : native;
+  uint32_t total = static_cast<uint32_t>(host) + (initial & 0xFFFF) + (initial >> 16);
+  while (total >> 16) total = (total & 0xFFFF) + (total >> 16);
+  return static_cast<uint16_t>(~total);
+}
+
+size_t FrameHeaderBytes(const FrameAddresses& a) {
+  return kEthernetHeaderBytes + (a.vlan_tci ? kVlanTagBytes : 0) +
+         (a.dst_ip.v6 ? kIpv6HeaderBytes : kIpv4HeaderBytes) + kUdpHeaderBytes;
+}
+
+absl::StatusOr<size_t> BuildFrame(std::span<std::byte> out, const FrameAddresses& a,
+                                  std::span<const std::byte> headers,
+                                  std::span<const std::byte> payload) {
+  if (a.src_ip.v6 != a.dst_ip.v6) {
+    return absl::InvalidArgumentError("frame source and destination IP families differ: " +
+                                      a.src_ip.ToString() + " -> " + a.dst_ip.ToString());
+  }
+  const size_t header_bytes = FrameHeaderBytes(a);
+  const size_t udp_payload = headers.size() + payload.size();
+  const size_t udp_length = kUdpHeaderBytes + udp_payload;
+  const size_t total = header_bytes + udp_payload;
+  if (udp_length > 0xFFFF - (a.dst_ip.v6 ? 0 : kIpv4HeaderBytes)) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("UDP datagram of %d bytes exceeds what IP carries", udp_length));
+  }
+  if (total > out.size()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "frame of %d bytes does not fit a %d-byte buffer (raise the frame size)", total,
+        out.size()));
+  }
+
+  size_t at = 0;
+  std::memcpy(U8(out, 0), a.dst_mac.bytes.data(), 6);
+  std::memcpy(U8(out, 6), a.src_mac.bytes.data(), 6);
+  at = 12;
+  if (a.vlan_tci) {
+    Put16(U8(out, at), kEtherTypeVlan);
+    Put16(U8(out, at + 2), *a.vlan_tci);
+    at += kVlanTagBytes;
+  }
+  const uint8_t tos = a.ect ? static_cast<uint8_t>(Ecn::kEct0) : 0;
+  size_t ip_at;
+  if (!a.dst_ip.v6) {
+    Put16(U8(out, at), kEtherTypeIpv4);
+    ip_at = at + 2;
+    uint8_t* ip = U8(out, ip_at);
+    ip[0] = 0x45;
+    ip[1] = tos;
+    Put16(ip + 2, static_cast<uint16_t>(kIpv4HeaderBytes + udp_length));
+    Put16(ip + 4, 0);       // identification: DF datagrams are never fragmented (RFC 6864)
+    Put16(ip + 6, 0x4000);  // DF
+    ip[8] = a.ttl;
+    ip[9] = kIpProtoUdp;
+    Put16(ip + 10, 0);
+    std::memcpy(ip + 12, a.src_ip.bytes.data(), 4);
+    std::memcpy(ip + 16, a.dst_ip.bytes.data(), 4);
+    Put16(ip + 10, InternetChecksum(out.subspan(ip_at, kIpv4HeaderBytes)));
+    at = ip_at + kIpv4HeaderBytes;
+  } else {
+    Put16(U8(out, at), kEtherTypeIpv6);
+    ip_at = at + 2;
+    uint8_t* ip = U8(out, ip_at);
+    ip[0] = static_cast<uint8_t>(0x60 | (tos >> 4));
+    ip[1] = static_cast<uint8_t>((tos & 0x0F) << 4);
+    ip[2] = 0;
+    ip[3] = 0;
+    Put16(ip + 4, static_cast<uint16_t>(udp_length));
+    ip[6] = kIpProtoUdp;
+    ip[7] = a.ttl;
+    std::memcpy(ip + 8, a.src_ip.bytes.data(), 16);
+    std::memcpy(ip + 24, a.dst_ip.bytes.data(), 16);
+    at = ip_at + kIpv6HeaderBytes;
+  }
+  const size_t udp_at = at;
+  uint8_t* udp = U8(out, udp_at);
+  Put16(udp, a.src_port);
+  Put16(udp + 2, a.dst_port);
+  Put16(udp + 4, static_cast<uint16_t>(udp_length));
+  Put16(udp + 6, 0);
+  if (!headers.empty()) std::memcpy(udp + 8, headers.data(), headers.size());
+  if (!payload.empty()) std::memcpy(udp + 8 + headers.size(), payload.data(), payload.size());
+  uint16_t csum = InternetChecksum(out.subspan(udp_at, udp_length),
+                                   PseudoHeaderSum(a.src_ip, a.dst_ip, udp_length));
+  if (csum == 0) csum = 0xFFFF;  // 0 means "no checksum" (RFC 768)
+  Put16(udp + 6, csum);
+  return total;
+}
+
+std::string_view FrameVerdictName(FrameVerdict v) {
+  switch (v) {
+    case FrameVerdict::kOk: return "ok";
+    case FrameVerdict::kTruncated: return "truncated";
+    case FrameVerdict::kNotIp: return "not_ip";
+    case FrameVerdict::kBadIpHeader: return "bad_ip_header";
+    case FrameVerdict::kBadIpChecksum: return "bad_ip_checksum";
+    case FrameVerdict::kIpFragment: return "ip_fragment";
+    case FrameVerdict::kNotUdp: return "not_udp";
+    case FrameVerdict::kBadUdpLength: return "bad_udp_length";
+    case FrameVerdict::kBadUdpChecksum: return "bad_udp_checksum";
+    case FrameVerdict::kNotOurPort: return "not_our_port";
+  }
+  return "unknown";
+}
+
+FrameVerdict ParseFrame(std::span<const std::byte> frame, const FrameFilter& filter,
+                        ParsedFrame* out) {
+  const size_t n = frame.size();
+  if (n < kEthernetHeaderBytes) return FrameVerdict::kTruncated;
+  std::memcpy(out->dst_mac.bytes.data(), U8(frame, 0), 6);
+  std::memcpy(out->src_mac.bytes.data(), U8(frame, 6), 6);
+  size_t at = 12;
+  uint16_t ether_type = Get16(U8(frame, at));
+  out->vlan_tci.reset();
+  if (ether_type == kEtherTypeVlan || ether_type == kEtherTypeQinQ) {
+    if (n < at + 2 + kVlanTagBytes) return FrameVerdict::kTruncated;
+    out->vlan_tci = Get16(U8(frame, at + 2));
+    at += kVlanTagBytes;
+    ether_type = Get16(U8(frame, at));
+  }
+  const size_t ip_at = at + 2;
+  size_t udp_at;
+  size_t ip_end;  // one past the IP datagram
+  if (ether_type == kEtherTypeIpv4) {
+    if (n < ip_at + kIpv4HeaderBytes) return FrameVerdict::kTruncated;
+    const uint8_t* ip = U8(frame, ip_at);
+    if ((ip[0] >> 4) != 4) return FrameVerdict::kBadIpHeader;
+    const size_t ihl = static_cast<size_t>(ip[0] & 0x0F) * 4;
+    if (ihl < kIpv4HeaderBytes) return FrameVerdict::kBadIpHeader;
+    if (n < ip_at + ihl) return FrameVerdict::kTruncated;
+    const size_t total_length = Get16(ip + 2);
+    if (total_length < ihl) return FrameVerdict::kBadIpHeader;
+    if (n < ip_at + total_length) return FrameVerdict::kTruncated;
+    if (InternetChecksum(frame.subspan(ip_at, ihl)) != 0) return FrameVerdict::kBadIpChecksum;
+    if ((Get16(ip + 6) & 0x3FFF) != 0) return FrameVerdict::kIpFragment;  // MF or offset
+    if (ip[9] != kIpProtoUdp) return FrameVerdict::kNotUdp;
+    out->ecn = static_cast<Ecn>(ip[1] & 0x03);
+    out->ttl = ip[8];
+    out->src_ip = IpAddress{};
+    out->dst_ip = IpAddress{};
+    std::memcpy(out->src_ip.bytes.data(), ip + 12, 4);
+    std::memcpy(out->dst_ip.bytes.data(), ip + 16, 4);
+    udp_at = ip_at + ihl;
+    ip_end = ip_at + total_length;
+  } else if (ether_type == kEtherTypeIpv6) {
+    if (n < ip_at + kIpv6HeaderBytes) return FrameVerdict::kTruncated;
+    const uint8_t* ip = U8(frame, ip_at);
+    if ((ip[0] >> 4) != 6) return FrameVerdict::kBadIpHeader;
+    const size_t payload_length = Get16(ip + 4);
+    if (n < ip_at + kIpv6HeaderBytes + payload_length) return FrameVerdict::kTruncated;
+    if (ip[6] == kIpv6NextFragment) return FrameVerdict::kIpFragment;
+    if (ip[6] != kIpProtoUdp) return FrameVerdict::kNotUdp;
+    const uint8_t traffic_class = static_cast<uint8_t>((ip[0] & 0x0F) << 4 | ip[1] >> 4);
+    out->ecn = static_cast<Ecn>(traffic_class & 0x03);
+    out->ttl = ip[7];
+    out->src_ip.v6 = out->dst_ip.v6 = true;
+    std::memcpy(out->src_ip.bytes.data(), ip + 8, 16);
+    std::memcpy(out->dst_ip.bytes.data(), ip + 24, 16);
+    udp_at = ip_at + kIpv6HeaderBytes;
+    ip_end = udp_at + payload_length;
+  } else {
+    return FrameVerdict::kNotIp;
+  }
+  if (ip_end < udp_at + kUdpHeaderBytes) {
+    return ip_end < udp_at ? FrameVerdict::kBadIpHeader : FrameVerdict::kTruncated;
+  }
+  const uint8_t* udp = U8(frame, udp_at);
+  const size_t udp_length = Get16(udp + 4);
+  if (udp_length < kUdpHeaderBytes || udp_at + udp_length > ip_end) {
+    return FrameVerdict::kBadUdpLength;
+  }
+  out->src_port = Get16(udp);
+  out->dst_port = Get16(udp + 2);
+  if (filter.port != 0 && out->src_port != filter.port && out->dst_port != filter.port) {
+    return FrameVerdict::kNotOurPort;
+  }
+  const uint16_t stored = Get16(udp + 6);
+  if (out->src_ip.v6 && stored == 0) return FrameVerdict::kBadUdpChecksum;
+  if (filter.verify_udp_checksum && stored != 0 &&
+      InternetChecksum(frame.subspan(udp_at, udp_length),
+                       PseudoHeaderSum(out->src_ip, out->dst_ip,
+                                       static_cast<uint32_t>(udp_length))) != 0) {
+    return FrameVerdict::kBadUdpChecksum;
+  }
+  out->payload = frame.subspan(udp_at + kUdpHeaderBytes, udp_length - kUdpHeaderBytes);
+  return FrameVerdict::kOk;
+}
+
+}  // namespace metaroce::io

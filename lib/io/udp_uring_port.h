@@ -1,0 +1,115 @@
+// UdpUringPort: a PacketPort on kernel UDP sockets, driven through io_uring (liburing 2.3 API:
+// IORING_OP_SENDMSG / IORING_OP_RECVMSG, no provided-buffer rings).
+//
+// Same wire bytes as AfXdpPort: the UDP payload is the MetaRoCE packet. Sockets:
+//   - the port socket, bound to local_ip:udp_port, receives data (and sends ACKs, whose source
+//     port is udp_port);
+//   - one socket per other source port in use (the paths' ECMP entropy), bound to
+//     local_ip:src_port (SO_REUSEADDR, so a just-evicted port can be bound again at once) and
+//     created on the first Send() from that port, because a kernel UDP
+//     socket cannot choose its source port per datagram. ACKs come back to those ports, so each
+//     of these sockets has receives posted too. At most max_source_ports are kept; the least
+//     recently used one is closed when a new one is needed.
+// ECN: IP_TOS / IPV6_TCLASS per datagram (ECT(0) or Not-ECT) on send; IP_RECVTOS /
+// IPV6_RECVTCLASS on receive give the CE bit.
+//
+// When io_uring cannot be set up (seccomp, kernel.io_uring_disabled, old kernel) the port falls
+// back to sendmmsg/recvmmsg with an epoll set, and description() says so.
+//
+// Threading: one owner thread (the PacketPort contract). Open() must run in the network namespace
+// of the address (the calling thread's).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "lib/io/ip_address.h"
+#include "lib/io/packet_port.h"
+
+struct io_uring;
+struct io_uring_sqe;
+
+namespace metaroce::io {
+
+class UdpUringPort final : public PacketPort {
+ public:
+  struct Options {
+    IpAddress local_ip;        // this plane's address (IPv4 or IPv6); all sockets bind to it
+    uint16_t udp_port = 4792;  // MetaRoCE's port, host order
+    uint32_t receive_slots = 256;                 // receives kept posted on the port socket
+    uint32_t receive_slots_per_source_port = 8;   // ... and on each source-port socket
+    uint32_t send_slots = 256;   // datagrams queued or in flight before Send() says "full"
+    uint32_t buffer_bytes = 4096;  // largest datagram; larger ones are dropped (rx_dropped)
+    uint32_t max_source_ports = 1024;
+    uint32_t ring_entries = 1024;  // io_uring submission queue entries
+    bool force_fallback = false;   // use sendmmsg/recvmmsg even when io_uring works (tests)
+  };
+
+  // Errors: the bind of the port socket (EADDRINUSE: another socket owns the port, including a
+  // second UdpUringPort: the port socket has no SO_REUSEADDR; EADDRNOTAVAIL: the address is not on an interface of this namespace), buffer allocation.
+  static absl::StatusOr<std::unique_ptr<UdpUringPort>> Open(Options options);
+
+  ~UdpUringPort() override;
+  UdpUringPort(const UdpUringPort&) = delete;
+  UdpUringPort& operator=(const UdpUringPort&) = delete;
+
+  bool Send(const TxPacket& packet) override;
+  void Flush() override;
+  size_t Receive(std::span<RxPacket> out) override;
+  void Release(std::span<const RxPacket> packets) override;
+  // io_uring: an eventfd signalled on completions (Receive() drains it when it finds nothing).
+  // Fallback: an epoll fd over the sockets.
+  int wait_fd() const override { return wait_fd_; }
+  PortStats stats() const override { return stats_; }
+  std::string description() const override;
+
+  bool uses_io_uring() const { return ring_ != nullptr; }
+  size_t open_socket_count() const { return sockets_.size(); }
+
+ private:
+  struct Socket;
+  struct Slot;
+
+  explicit UdpUringPort(Options options);
+  absl::Status Init();
+  absl::StatusOr<Socket*> OpenSocket(uint16_t port);
+  Socket* SocketFor(uint16_t src_port);
+  void EvictLeastRecentlyUsed();
+  Slot* TakeReceiveSlot(Socket* owner);
+  void PostReceive(Slot* slot);
+  void ReturnReceiveSlot(Slot* slot);
+  void DropSocketReference(Socket* socket);
+  void ReapCompletions();
+  void ReceiveFallback();
+  void FlushFallback();
+  void PrepareMessage(Slot* slot, bool for_send);
+  ::io_uring_sqe* NextSqe();
+
+  Options options_;
+  std::unique_ptr<io_uring> ring_;  // null: fallback mode
+  std::string fallback_reason_;
+  int wait_fd_ = -1;  // eventfd (io_uring) or epoll fd (fallback)
+  int epoll_fd_ = -1;
+
+  absl::flat_hash_map<uint16_t, std::unique_ptr<Socket>> sockets_;
+  std::vector<std::unique_ptr<Socket>> closing_sockets_;  // waiting for their receives to end
+  Socket* port_socket_ = nullptr;
+  uint64_t use_clock_ = 0;
+
+  std::vector<std::unique_ptr<Slot>> rx_slots_;  // index == cookie
+  std::vector<uint32_t> free_rx_slots_;
+  std::deque<uint32_t> ready_rx_slots_;          // completed receives not yet returned
+  std::vector<std::unique_ptr<Slot>> tx_slots_;
+  std::vector<uint32_t> free_tx_slots_;
+  std::vector<uint32_t> queued_tx_slots_;        // fallback: waiting for Flush()
+  uint32_t unsubmitted_ = 0;                     // io_uring: SQEs prepared, not submitted
+
+  PortStats stats_;
+};
+
+}  // namespace metaroce::io

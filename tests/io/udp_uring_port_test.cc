@@ -1,0 +1,187 @@
+// lib/io/udp_uring_port between two network namespaces joined by a veth pair (suite
+// 'privileged'): 10k packets each way with byte-for-byte checks, CE read from the IP header,
+// ACK-shaped replies to the paths' source ports, the sendmmsg fallback, IPv6, socket eviction.
+#include "lib/io/udp_uring_port.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/io/netns_fixture.h"
+#include "tests/io/port_test_support.h"
+
+namespace metaroce::io {
+namespace {
+
+using ::metaroce::io::testing::ExchangeOptions;
+using ::metaroce::io::testing::ExchangeResult;
+using ::metaroce::io::testing::OpenedPort;
+using ::metaroce::io::testing::PortFactory;
+using ::metaroce::io::testing::RunExchange;
+using ::metaroce::io::testing::VethNamespacePair;
+
+PortFactory UdpPortAt(std::string ip, UdpUringPort::Options base = {}) {
+  return [ip, base]() -> absl::StatusOr<OpenedPort> {
+    UdpUringPort::Options o = base;
+    o.local_ip = *IpAddress::Parse(ip);
+    absl::StatusOr<std::unique_ptr<UdpUringPort>> port = UdpUringPort::Open(o);
+    if (!port.ok()) return port.status();
+    return OpenedPort{std::move(*port), nullptr};
+  };
+}
+
+class UdpUringPortTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<VethNamespacePair>> pair = VethNamespacePair::Create();
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    pair_ = std::move(*pair);
+  }
+  std::unique_ptr<VethNamespacePair> pair_;
+};
+
+void ExpectClean(const ExchangeResult& r, uint32_t count) {
+  EXPECT_EQ(r.sender_error, "");
+  EXPECT_EQ(r.receiver_error, "");
+  EXPECT_EQ(r.sent, count);
+  EXPECT_EQ(r.received, count);
+  EXPECT_EQ(r.corrupt, 0u);
+  EXPECT_EQ(r.duplicates, 0u);
+  EXPECT_EQ(r.sender_stats.tx_unroutable, 0u);
+}
+
+TEST_F(UdpUringPortTest, TenThousandPacketsEachWayWithCe) {
+  for (int sender : {0, 1}) {
+    const int receiver = 1 - sender;
+    ExchangeOptions o;
+    o.count = 10000;
+    o.dst = *IpAddress::Parse(VethNamespacePair::ipv4(receiver));
+    o.ect = [](uint32_t seq) { return seq % 2 == 0; };
+    // A router's CE mark, emulated: 50 datagrams sent with TOS = CE by a kernel socket.
+    const std::string to = VethNamespacePair::ipv4(receiver);
+    o.after_receiver_ready = [to] {
+      EXPECT_EQ(::metaroce::io::testing::SendWithTos(to, 4792, 0x03, 50), 50);
+    };
+    const ExchangeResult r =
+        RunExchange(*pair_, sender, UdpPortAt(VethNamespacePair::ipv4(sender)), receiver,
+                    UdpPortAt(VethNamespacePair::ipv4(receiver)), o);
+    ExpectClean(r, o.count);
+    EXPECT_EQ(r.ce, 50u) << "exactly the CE-marked datagrams read as CE, ECT/Not-ECT ones not";
+    EXPECT_THAT(r.sender_description, ::testing::HasSubstr("udp io_uring"));
+    std::printf("udp io_uring %d -> %d: %lu packets in %.3f s (%.0f pps, window %u)\n", sender,
+                receiver, static_cast<unsigned long>(r.received), r.seconds,
+                r.received / r.seconds, o.window);
+  }
+}
+
+TEST_F(UdpUringPortTest, AckShapedRepliesComeBackFromThePathsPortsToTheMetaRocePort) {
+  // Data goes 0 -> 1 from source ports 49152..49159 to 4792; ACKs come back to 4792 carrying
+  // each path's port as their source (every MetaRoCE datagram is addressed to the MetaRoCE
+  // port), so the responder sends them from its own per-source-port sockets.
+  pair_->RunIn(0, [&] {
+    auto a = UdpUringPort::Open({.local_ip = *IpAddress::Parse("198.18.0.1")});
+    ASSERT_TRUE(a.ok()) << a.status();
+    std::unique_ptr<UdpUringPort> b;
+    pair_->RunIn(1, [&] {
+      auto opened = UdpUringPort::Open({.local_ip = *IpAddress::Parse("198.18.0.2")});
+      ASSERT_TRUE(opened.ok()) << opened.status();
+      b = std::move(*opened);
+    });
+    ASSERT_NE(b, nullptr);
+    const std::vector<std::byte> data = ::metaroce::io::testing::TestPayload(7);
+    for (uint16_t path = 0; path < 8; ++path) {
+      TxPacket tx{.dst = *IpAddress::Parse("198.18.0.2"),
+                  .src_port = static_cast<uint16_t>(49152 + path),
+                  .dst_port = 4792,
+                  .payload = data};
+      ASSERT_TRUE((*a)->Send(tx));
+    }
+    (*a)->Flush();
+    // b replies to each datagram from its path's port, to 4792. Its per-source-port sockets are
+    // opened on demand, so b must run in its own namespace (the port's threading contract).
+    RxPacket rx[16];
+    size_t got = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    std::vector<uint16_t> reply_ports;
+    pair_->RunIn(1, [&] {
+      while (got < 8 && ::metaroce::io::testing::Before(deadline)) {
+        const size_t n = b->Receive(rx);
+        for (size_t i = 0; i < n; ++i) {
+          EXPECT_EQ(rx[i].src.ToString(), "198.18.0.1");
+          EXPECT_EQ(rx[i].dst_port, 4792);
+          reply_ports.push_back(rx[i].src_port);
+          TxPacket ack{.dst = rx[i].src, .src_port = rx[i].src_port, .dst_port = 4792,
+                       .payload = data};
+          EXPECT_TRUE(b->Send(ack));
+        }
+        b->Release(std::span(rx, n));
+        b->Flush();
+        got += n;
+      }
+    });
+    ASSERT_EQ(got, 8u);
+    std::vector<uint16_t> acked_ports;
+    while (acked_ports.size() < 8 && ::metaroce::io::testing::Before(deadline)) {
+      const size_t n = (*a)->Receive(rx);
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(rx[i].dst_port, 4792);
+        acked_ports.push_back(rx[i].src_port);
+      }
+      (*a)->Release(std::span(rx, n));
+    }
+    EXPECT_THAT(acked_ports, ::testing::UnorderedElementsAreArray(reply_ports));
+    EXPECT_EQ((*a)->open_socket_count(), 9u);  // the port socket + one per path
+    EXPECT_EQ(b->open_socket_count(), 9u);     // the responder sends from the paths' ports
+  });
+}
+
+TEST_F(UdpUringPortTest, SendmmsgFallbackCarriesTheSameBytes) {
+  ExchangeOptions o;
+  o.count = 3000;
+  o.dst = *IpAddress::Parse("198.18.0.2");
+  UdpUringPort::Options fallback;
+  fallback.force_fallback = true;
+  const ExchangeResult r = RunExchange(*pair_, 0, UdpPortAt("198.18.0.1", fallback), 1,
+                                       UdpPortAt("198.18.0.2", fallback), o);
+  ExpectClean(r, o.count);
+  EXPECT_THAT(r.sender_description, ::testing::HasSubstr("sendmmsg/recvmmsg"));
+  EXPECT_THAT(r.receiver_description, ::testing::HasSubstr("forced"));
+}
+
+TEST_F(UdpUringPortTest, Ipv6) {
+  // Resolve the neighbour first: the kernel queues only a few datagrams while ND runs.
+  ASSERT_EQ(pair_->Ping(0, "fd00::2"), absl::OkStatus());
+  ExchangeOptions o;
+  o.count = 2000;
+  o.dst = *IpAddress::Parse("fd00::2");
+  const ExchangeResult r =
+      RunExchange(*pair_, 0, UdpPortAt("fd00::1"), 1, UdpPortAt("fd00::2"), o);
+  ExpectClean(r, o.count);
+}
+
+TEST_F(UdpUringPortTest, EvictsLeastRecentlyUsedSourcePortSockets) {
+  ExchangeOptions o;
+  o.count = 2000;
+  o.dst = *IpAddress::Parse("198.18.0.2");
+  o.src_port = [](uint32_t seq) { return static_cast<uint16_t>(50000 + seq % 13); };
+  UdpUringPort::Options small;
+  small.max_source_ports = 4;
+  const ExchangeResult r =
+      RunExchange(*pair_, 0, UdpPortAt("198.18.0.1", small), 1, UdpPortAt("198.18.0.2"), o);
+  ExpectClean(r, o.count);
+}
+
+TEST_F(UdpUringPortTest, BindErrorsNameTheFix) {
+  pair_->RunIn(0, [] {
+    auto port = UdpUringPort::Open({.local_ip = *IpAddress::Parse("198.18.0.2")});
+    ASSERT_FALSE(port.ok());
+    EXPECT_THAT(port.status().message(), ::testing::HasSubstr("no interface of this network"));
+    auto first = UdpUringPort::Open({.local_ip = *IpAddress::Parse("198.18.0.1")});
+    ASSERT_TRUE(first.ok());
+    auto second = UdpUringPort::Open({.local_ip = *IpAddress::Parse("198.18.0.1")});
+    ASSERT_FALSE(second.ok()) << "two ports must not share (and split) one UDP port";
+    EXPECT_THAT(second.status().message(), ::testing::HasSubstr("another socket owns"));
+  });
+}
+
+}  // namespace
+}  // namespace metaroce::io
