@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Privileged end-to-end test of mrperf (tools/perf) on a namespace fabric (tools/fabric/mrfabric).
+
+Brings up 2 hosts x 2 planes x 2 spines, runs mrperf write_bw and send_bw with --verify for a few
+seconds each: clean (while `mrfabric ping` checks that the XDP program passes other traffic),
+with 5 % drop on one spine, with a spine blackholed mid-run, over the UDP port kind, and with 2
+workers (on a fabric with 2 queues per host link). Every run must report zero failed operations,
+zero data errors and verified messages in its JSON. The fabric is always torn down.
+
+usage: perf_fabric_test.py MRPERF MRFABRIC        exit 0 pass, 1 fail, 77 skip (not root)
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+NAME = "mrpt"
+SECONDS = "3"
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.stderr.write(__doc__)
+        return 2
+    mrperf, mrfabric = sys.argv[1], sys.argv[2]
+    if os.geteuid() != 0:
+        print("skip: needs root (namespaces, XDP)")
+        return 77
+    if shutil.which("ip") is None or subprocess.run(["ip", "netns", "list"],
+                                                    capture_output=True).returncode != 0:
+        print("skip: no `ip netns`")
+        return 77
+    failures = []
+
+    def fabric(*args, check=True):
+        cmd = [mrfabric, args[0], "--name", NAME] + list(args[1:])
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if check and p.returncode != 0:
+            raise RuntimeError("%s: %s" % (" ".join(cmd), (p.stderr or p.stdout).strip()))
+        return p
+
+    def run(label, test, flags, during=None):
+        tmp = tempfile.mkdtemp(prefix="mrperf-test-")
+        cjson = os.path.join(tmp, "client.json")
+        common = [test, "--interface", "pl0,pl1", "-D", SECONDS, "--verify", "-p", "18600"] + flags
+        server = subprocess.Popen(["ip", "netns", "exec", "mrf-%s-h1" % NAME, mrperf] + common,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        side = None
+        if during is not None:
+            side = threading.Thread(target=during)
+            side.start()
+        client = subprocess.run(["ip", "netns", "exec", "mrf-%s-h0" % NAME, mrperf] + common +
+                                ["--out_json", cjson, "198.18.0.6"], capture_output=True,
+                                text=True, timeout=120)
+        if side is not None:
+            side.join()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.send_signal(signal.SIGINT)
+            server.wait(timeout=10)
+        problems = []
+        if not os.path.exists(cjson):
+            problems.append("no JSON (client exit %d: %s; server: %s)" %
+                            (client.returncode, client.stderr.strip(), server.stderr.read().strip()))
+        else:
+            with open(cjson) as f:
+                doc = json.load(f)
+            s, r = doc["summary"], doc["results"][0]
+            if s["failed_ops"] != 0:
+                problems.append("%d failed operations" % s["failed_ops"])
+            if s["data_errors"] != 0:
+                problems.append("%d data errors" % s["data_errors"])
+            if r["verified"] == 0 or r["iterations"] == 0:
+                problems.append("nothing verified (%d messages)" % r["iterations"])
+            if doc.get("version") != 1:
+                problems.append("JSON version %r" % doc.get("version"))
+            if client.returncode != 0:
+                problems.append("client exit %d: %s" % (client.returncode, client.stderr.strip()))
+            print("%-40s %6.2f Gb/s  %6d messages, %6d verified, %6d retransmits%s" %
+                  (label, r["bw_avg_gbps"], r["iterations"], r["verified"],
+                   s.get("retransmits", 0), "" if not problems else "  FAIL: " + "; ".join(problems)))
+        shutil.rmtree(tmp, ignore_errors=True)
+        if problems:
+            failures.append("%s: %s" % (label, "; ".join(problems)))
+
+    ping_ok = {}
+
+    def ping_during():
+        time.sleep(1)
+        p = fabric("ping", "0", "1", "--plane", "all", "-c", "3", check=False)
+        ping_ok["rc"] = p.returncode
+        ping_ok["out"] = (p.stdout + p.stderr).strip()
+
+    def blackhole_mid_run():
+        time.sleep(1.5)
+        fabric("fault", "1", "--udp-dport", "4792", "blackhole", "on")
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    fabric("down", check=False)
+    try:
+        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2")
+        run("write_bw clean (+ ping through XDP)", "write_bw", [], during=ping_during)
+        if ping_ok.get("rc") != 0:
+            failures.append("mrfabric ping failed while mrperf ran: %s" % ping_ok.get("out"))
+        else:
+            print("%-40s ok" % "ping while mrperf runs")
+        run("send_bw clean", "send_bw", [])
+        fabric("fault", "0", "drop", "5")
+        run("write_bw, 5 % drop on spine 0", "write_bw", [])
+        run("send_bw, 5 % drop on spine 0", "send_bw", [])
+        fabric("fault", "all", "clear")
+        run("write_bw, spine 1 blackholed mid-run", "write_bw", [], during=blackhole_mid_run)
+        fabric("fault", "all", "clear")
+        run("send_bw, spine 1 blackholed mid-run", "send_bw", [], during=blackhole_mid_run)
+        fabric("fault", "all", "clear")
+        run("write_bw over --port-kind udp", "write_bw", ["--port-kind", "udp"])
+        fabric("down")
+        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2", "--queues", "2")
+        run("send_bw, 2 workers, 4 connections", "send_bw", ["--workers", "2", "-q", "4"])
+        run("write_bw, 2 workers, 4 connections", "write_bw", ["--workers", "2", "-q", "4"])
+    except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt) as e:
+        failures.append("aborted: %s" % e)
+    finally:
+        fabric("down", check=False)
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+#include "tools/perf/common.h"
+
+#include <sched.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include <cstdlib>
+
+#include <cstdio>
+#include <cstring>
+
+#include "lib/core/path_state.h"
+#include "tools/perf/port_factory.h"
+
+namespace metaroce::perf {
+
+std::atomic<bool>& StopFlag() {
+  static std::atomic<bool> stop{false};
+  return stop;
+}
+
+void SleepCpu(uint32_t micros) {
+  const timespec ts{0, static_cast<long>(micros) * 1000};
+  nanosleep(&ts, nullptr);
+}
+
+void YieldCpu() {
+  static const int mode = [] {
+    const char* e = std::getenv("MRPERF_APP_IDLE");
+    if (e == nullptr || std::string(e) == "yield") return 0;
+    if (e != nullptr && std::string(e) == "spin") return 2;
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    return 1;
+  }();
+  if (mode == 0) {
+    sched_yield();
+  } else if (mode == 1) {
+    const timespec ts{0, 2000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+namespace {
+
+inline uint64_t Word(uint64_t seq, uint32_t qp, uint64_t j) {
+  return (seq << 32) | ((j ^ (uint64_t{qp} << 24)) & 0xffffffffu);
+}
+inline uint8_t Tail(uint64_t key, uint32_t qp, size_t i) {
+  return static_cast<uint8_t>(0x5a ^ (key * 13) ^ (i * 7) ^ qp);
+}
+
+}  // namespace
+
+void FillPattern(std::byte* p, size_t size, uint64_t seq, uint32_t qp, uint64_t tail_key) {
+  const size_t words = size / 8;
+  for (size_t j = 0; j < words; ++j) {
+    const uint64_t w = Word(seq, qp, j);
+    std::memcpy(p + j * 8, &w, 8);
+  }
+  for (size_t i = words * 8; i < size; ++i) p[i] = std::byte{Tail(tail_key, qp, i)};
+}
+
+bool CheckPattern(const std::byte* p, size_t size, uint64_t seq, uint32_t qp, uint64_t tail_key,
+                  uint64_t slots) {
+  const size_t words = size / 8;
+  for (size_t j = 0; j < words; ++j) {
+    uint64_t w;
+    std::memcpy(&w, p + j * 8, 8);
+    if ((w & 0xffffffffu) != ((j ^ (uint64_t{qp} << 24)) & 0xffffffffu)) return false;
+    const uint64_t s = w >> 32;
+    if (slots == 0) {
+      if (s != (seq & 0xffffffffu)) return false;
+    } else if (s < (seq & 0xffffffffu) || (s - seq) % slots != 0) {
+      return false;
+    }
+  }
+  for (size_t i = words * 8; i < size; ++i) {
+    if (p[i] != std::byte{Tail(tail_key, qp, i)}) return false;
+  }
+  return true;
+}
+
+JsonValue ConnectionJson(const api::ConnectionStats& s) {
+  JsonValue j;
+  j["conn_id"] = s.conn_id;
+  j["owner_worker"] = s.owner;
+  j["state"] = s.state == core::Connection::State::kReady ? "ready" : "error";
+  j["error_status"] = static_cast<int>(s.error_status);
+  j["error_status_name"] = core::StatusName(s.error_status);
+  const core::ConnectionCounters& c = s.counters;
+  JsonValue& k = j["counters"];
+  k["sent_pkts"] = c.sent_pkts;
+  k["rcvd_pkts"] = c.rcvd_pkts;
+  k["retransmits"] = c.retransmits;
+  k["gap_retransmits"] = c.gap_retransmits;
+  k["timeout_retransmits"] = c.timeout_retransmits;
+  k["rerouted_packets"] = c.rerouted_packets;
+  k["duplicate_request"] = c.duplicate_request;
+  k["out_of_window"] = c.out_of_window;
+  k["bad_token"] = c.bad_token;
+  k["bad_path"] = c.bad_path;
+  k["reorder_drops"] = c.reorder_drops;
+  k["seq_err_naks_sent"] = c.seq_err_naks_sent;
+  k["rcvd_rnr_err"] = c.rcvd_rnr_err;
+  k["rnr_naks_sent"] = c.rnr_naks_sent;
+  k["access_naks_sent"] = c.access_naks_sent;
+  k["acks_sent"] = c.acks_sent;
+  k["acks_rcvd"] = c.acks_rcvd;
+  k["probes_sent"] = c.probes_sent;
+  k["retry_exceeded_err"] = c.retry_exceeded_err;
+  k["messages_completed"] = c.messages_completed;
+  k["messages_received"] = c.messages_received;
+  j["outstanding_sends"] = s.outstanding_sends;
+  j["posted_receives"] = s.posted_receives;
+  j["events_dropped"] = s.events_dropped;
+  JsonValue& paths = j["paths"] = JsonValue::MakeArray();
+  for (const core::PathStats& p : s.paths) {
+    JsonValue q;
+    q["path_id"] = p.path_id;
+    q["src_port"] = p.src_port;
+    q["plane"] = p.plane;
+    q["state"] = core::PathStateName(p.state);
+    q["srtt_us"] = std::chrono::duration<double, std::micro>(p.srtt).count();
+    q["min_rtt_us"] = std::chrono::duration<double, std::micro>(p.min_rtt).count();
+    q["cwnd_bytes"] = p.cwnd_bytes;
+    q["tx_packets"] = p.tx_packets;
+    q["tx_bytes"] = p.tx_bytes;
+    q["acked_packets"] = p.acked_packets;
+    q["retransmits"] = p.retransmits;
+    q["timeouts"] = p.timeouts;
+    q["rotations"] = p.rotations;
+    q["ce_marks"] = p.ce_marks;
+    q["rx_packets"] = p.rx_packets;
+    paths.Push(std::move(q));
+  }
+  return j;
+}
+
+JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats) {
+  JsonValue out = JsonValue::MakeArray();
+  for (const engine::WorkerStats& w : stats) {
+    JsonValue j;
+    j["worker"] = w.worker;
+    j["loops"] = w.loops;
+    j["sleeps"] = w.sleeps;
+    j["rx_packets"] = w.rx_packets;
+    j["tx_packets"] = w.tx_packets;
+    j["tx_backlogged"] = w.tx_backlogged;
+    j["tx_backlog_dropped"] = w.tx_backlog_dropped;
+    j["tx_no_route"] = w.tx_no_route;
+    j["handoff_sent"] = w.handoff_sent;
+    j["handoff_received"] = w.handoff_received;
+    j["handoff_dropped"] = w.handoff_dropped;
+    j["commands_refused"] = w.commands_refused;
+    j["completions"] = w.completions;
+    j["rx_datagrams"] = w.endpoint.rx_datagrams;
+    j["rx_malformed"] = w.endpoint.malformed;
+    j["rx_unknown_connection"] = w.endpoint.unknown_connection;
+    JsonValue& ports = j["ports"] = JsonValue::MakeArray();
+    for (size_t p = 0; p < w.ports.size(); ++p) {
+      const io::PortStats& s = w.ports[p];
+      JsonValue q;
+      q["plane"] = p;
+      q["description"] = p < w.port_descriptions.size() ? w.port_descriptions[p] : "";
+      q["tx_packets"] = s.tx_packets;
+      q["tx_bytes"] = s.tx_bytes;
+      q["rx_packets"] = s.rx_packets;
+      q["rx_bytes"] = s.rx_bytes;
+      q["tx_ring_full"] = s.tx_ring_full;
+      q["tx_unroutable"] = s.tx_unroutable;
+      q["rx_dropped"] = s.rx_dropped;
+      q["rx_ring_full"] = s.rx_ring_full;
+      q["fill_ring_empty"] = s.fill_ring_empty;
+      q["rx_invalid_descs"] = s.rx_invalid_descs;
+      q["tx_invalid_descs"] = s.tx_invalid_descs;
+      q["rx_kernel_dropped"] = s.rx_kernel_dropped;
+      ports.Push(std::move(q));
+    }
+    out.Push(std::move(j));
+  }
+  return out;
+}
+
+JsonValue ConfigJson(const PerfOptions& o, const Datapath& dp, uint32_t mtu) {
+  JsonValue c;
+  JsonValue sizes = JsonValue::MakeArray();
+  for (uint64_t s : o.Sizes()) sizes.Push(s);
+  c["sizes"] = std::move(sizes);
+  c["iterations"] = o.iterations;
+  c["duration_s"] = o.duration_s;
+  c["qps"] = o.qps;
+  c["paths"] = o.paths;
+  c["planes"] = o.planes;
+  c["transport"] = TransportName(o.transport);
+  c["port_kind"] = PortKindName(o.port_kind);
+  c["workers"] = o.workers;
+  c["mtu"] = mtu;
+  c["verify"] = o.verify;
+  c["tx_depth"] = o.tx_depth;
+  c["rx_depth"] = o.rx_depth;
+  c["spin"] = o.spin;
+  c["udp_port"] = o.udp_port;
+  c["control_port"] = o.port;
+  JsonValue& planes = c["plane_config"] = JsonValue::MakeArray();
+  for (const PlaneConfig& p : dp.planes()) {
+    JsonValue j;
+    j["interface"] = p.ifname;
+    j["local_ip"] = p.local_ip.ToString();
+    j["if_mtu"] = p.if_mtu;
+    planes.Push(std::move(j));
+  }
+  JsonValue& steer = c["xdp_steering"] = JsonValue::MakeArray();
+  for (const std::string& s : dp.SteeringDescriptions()) steer.Push(s);
+  return c;
+}
+
+bool EmitJson(const PerfOptions& o, const JsonValue& doc) {
+  bool ok = true;
+  if (!o.out_json.empty()) {
+    FILE* f = std::fopen(o.out_json.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "mrperf: cannot write --out_json %s: %s\n", o.out_json.c_str(),
+                   std::strerror(errno));
+      ok = false;
+    } else {
+      const std::string text = doc.Dump(2) + "\n";
+      ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+      ok = (std::fclose(f) == 0) && ok;
+    }
+  }
+  if (o.json_stdout) std::printf("%s\n", doc.Dump().c_str());
+  return ok;
+}
+
+}  // namespace metaroce::perf

@@ -1,0 +1,62 @@
+// Pieces every mrperf test shares: the stop flag (SIGINT/SIGTERM), the data pattern of
+// --verify, the app thread's idle policy, and JSON renderings of configuration and counters.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lib/api/connection.h"
+#include "lib/engine/worker.h"
+#include "tools/perf/json.h"
+#include "tools/perf/options.h"
+
+namespace metaroce::perf {
+
+class Datapath;
+
+// Set by the SIGINT/SIGTERM handler (main.cc); every loop checks it and unwinds, so that the
+// XDP programs are detached by their owners' destructors.
+std::atomic<bool>& StopFlag();
+inline bool StopRequested() { return StopFlag().load(std::memory_order_relaxed); }
+
+// --verify data pattern. Word j (8 bytes) of message `seq` on connection `qp`:
+// seq in the high 32 bits, j ^ (qp << 24) in the low 32; the size % 8 tail bytes depend on
+// `tail_key` (the message for sends, the slot for writes, whose slot may be overwritten by a
+// later message before the target looks).
+void FillPattern(std::byte* p, size_t size, uint64_t seq, uint32_t qp, uint64_t tail_key);
+// slots == 0: every word must be message `seq`'s. slots > 0 (writes into a ring of `slots`
+// slots): a word may also belong to a later message of the same slot (seq + k * slots).
+bool CheckPattern(const std::byte* p, size_t size, uint64_t seq, uint32_t qp, uint64_t tail_key,
+                  uint64_t slots);
+
+void YieldCpu();                  // sched_yield() (MRPERF_APP_IDLE=sleep: a 2 us nanosleep)
+void SleepCpu(uint32_t micros);   // nanosleep
+
+// The app thread found nothing to do: spin a little, then give the CPU away, since the engine
+// worker may share it (ENVIRONMENT.md: 2 vCPUs). Latency loops yield (the answer is due within
+// microseconds); bandwidth loops sleep, because a deep send queue covers a 50 us nap and a
+// yield loop steals a shared CPU from the worker (measured: ~40 % of it in sched_yield).
+inline void IdleWait(uint32_t& idle, bool latency = true) {
+  if (++idle < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    return;
+  }
+  if (latency) {
+    YieldCpu();
+  } else {
+    SleepCpu(50);
+  }
+}
+
+JsonValue ConnectionJson(const api::ConnectionStats& s);
+JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats);
+JsonValue ConfigJson(const PerfOptions& o, const Datapath& dp, uint32_t mtu);
+// Writes the document to --out_json and/or stdout (--json). Returns false on a write error.
+bool EmitJson(const PerfOptions& o, const JsonValue& doc);
+
+}  // namespace metaroce::perf
