@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "lib/api/completion_queue.h"
+#include "lib/api/host_tuning.h"
 #include "lib/api/connection.h"
 #include "lib/api/exchange.h"
 #include "lib/api/exchange_socket.h"
@@ -89,8 +90,8 @@ struct ConnectOptions {
   std::vector<std::byte> private_data;  // up to kMaxPrivateDataBytes, given to the peer as is
   absl::Duration timeout = absl::Seconds(5);  // whole exchange, including waiting for a client
   // Protocol tunables (congestion control, timers); identity, path, profile, mtu and queue
-  // fields are taken from the exchange instead.
-  core::ConnectionConfig tuning;
+  // fields are taken from the exchange instead. Defaults suit a software host (host_tuning.h).
+  core::ConnectionConfig tuning = HostTuning();
 };
 
 class Context;
