@@ -7,9 +7,13 @@
 // LOC_LEN_ERR, connection in error: WR_FLUSH_ERR) completes with that status on the CQ, signaled
 // or not, with the request's wr_id. A request whose queue in the core is full waits in the ring.
 //
-// Threading: PostSend from one thread at a time, PostRecv from one thread at a time (may be
-// another thread), PollEvents from one thread at a time; Stats and RequestRotation from any
-// thread (control path, they wait for the owner worker). Ownership: the Context must outlive the
+// In the context's inline mode (ContextOptions::workers == 0) the request waits in the ring
+// until the application's next Context::Poll(), which posts it into the core and transmits.
+//
+// Threading, threaded mode: PostSend from one thread at a time, PostRecv from one thread at a
+// time (may be another thread), PollEvents from one thread at a time; Stats and RequestRotation
+// from any thread (control path, they wait for the owner worker). Inline mode: every method from
+// the context's driving thread only (lib/api/context.h); Stats and RequestRotation run at once. Ownership: the Context must outlive the
 // connection. Destroying the connection removes it from the engine; work still outstanding is
 // discarded without completions (as ibv_destroy_qp).
 #pragma once
@@ -45,7 +49,8 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // ResourceExhausted when the ring is full (poll completions, then retry).
+  // ResourceExhausted when the ring is full (poll completions, then retry; inline mode: poll the
+  // context too).
   absl::Status PostSend(const SendWorkRequest& wr);
   absl::Status PostRecv(const RecvWorkRequest& wr);
   // Post lists: posts a prefix of `wrs` and returns its length (0 only when the ring is full);

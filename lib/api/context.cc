@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +65,10 @@ absl::Status PeerRefused(const ExchangeMessage& m) {
 
 absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& options,
                                                          PortFactory factory) {
+  if (options.workers < 0 || options.workers > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workers ", options.workers, " is out of range: 0 (inline mode) .. 256"));
+  }
   if (options.planes.empty() || options.planes.size() > kMaxPlanes) {
     return absl::InvalidArgumentError(
         absl::StrCat("a context needs 1..", kMaxPlanes, " planes, got ", options.planes.size()));
@@ -89,6 +94,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   eo.planes = static_cast<int>(options.planes.size());
   eo.cpus = options.cpus;
   eo.idle = options.idle;
+  eo.spins_before_sleep = options.spins_before_sleep;
   eo.max_datagram_bytes = static_cast<uint32_t>(
       std::max<size_t>(options.mtu + wire::kDataHeadersSize, wire::kMaxHeadersSize) + 64);
   auto engine_factory = [&options, &addresses, &factory](int worker, int plane) {
@@ -106,6 +112,41 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   absl::StatusOr<std::unique_ptr<engine::Engine>> e = engine::Engine::Create(eo, engine_factory);
   if (!e.ok()) return e.status();
   ctx->engine_ = *std::move(e);
+  return ctx;
+}
+
+absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& options) {
+  DatapathOptions d;
+  d.kind = options.port_kind;
+  d.planes = options.planes;
+  d.udp_port = options.udp_port;
+  d.queues = static_cast<uint32_t>(std::max(options.workers, 1));
+  d.first_queue = options.first_queue;
+  absl::StatusOr<std::unique_ptr<Datapath>> datapath = Datapath::Create(d);
+  if (!datapath.ok()) return datapath.status();
+  return Create(options, *std::move(datapath));
+}
+
+absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& options,
+                                                         std::unique_ptr<Datapath> datapath) {
+  if (datapath == nullptr) return absl::InvalidArgumentError("null datapath");
+  if (datapath->kind() != options.port_kind ||
+      datapath->planes().size() != options.planes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the datapath has ", datapath->planes().size(), " planes of another port kind than "
+        "ContextOptions' ", options.planes.size(), ": build both from the same settings"));
+  }
+  ContextOptions resolved = options;
+  for (size_t p = 0; p < resolved.planes.size(); ++p) {
+    if (resolved.planes[p].local_ip.empty()) {
+      resolved.planes[p].local_ip = datapath->planes()[p].local_ip.ToString();
+    }
+  }
+  if (resolved.mtu == 0) resolved.mtu = datapath->DefaultMtu();
+  Datapath& dp = *datapath;
+  absl::StatusOr<std::unique_ptr<Context>> ctx = Create(resolved, dp.Factory());
+  if (!ctx.ok()) return ctx.status();  // the engine and its ports went first
+  (*ctx)->datapath_ = std::move(datapath);
   return ctx;
 }
 

@@ -12,10 +12,19 @@
 // depths, transport profile and the caller's opaque private data; each side checks the other's
 // and refuses a mismatch with a Status naming it.
 //
-// Threading: Context, Listener and their methods are safe from any thread (control path; they
-// may block up to the options' timeouts). Ownership: the Context must outlive every object it
-// created; destroy connections before the context. Errors: absl::Status with the fix in the
-// message; nothing is logged.
+// Threading, threaded mode (ContextOptions::workers >= 1): Context, Listener and their methods are
+// safe from any thread (control path; they may block up to the options' timeouts); the engine
+// workers progress by themselves. Inline mode (workers == 0): there is no engine thread; the
+// application drives the engine by calling Poll() and nothing progresses between calls (no
+// packet is received or acknowledged, no timer fires, no completion is delivered), so the
+// application polls at least as often as it expects answers and keeps polling while any of its
+// work is outstanding (a connection whose peer hears nothing for tuning.no_progress_timeout
+// fails). Every call on the context, its listeners, connections and completion queues must
+// then come from one thread at a time: the driving thread (handing them to another thread needs
+// a happens-before, such as a join); control methods run on the calling thread.
+//
+// Ownership: the Context must outlive every object it created; destroy connections before the
+// context. Errors: absl::Status with the fix in the message; nothing is logged.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +41,7 @@
 #include "lib/api/connection.h"
 #include "lib/api/exchange.h"
 #include "lib/api/exchange_socket.h"
+#include "lib/api/port_factory.h"
 #include "lib/core/config.h"
 #include "lib/core/memory_table.h"
 #include "lib/engine/engine.h"
@@ -43,40 +53,22 @@ using MemoryRegion = core::MemoryRegion;
 namespace access = core::access;
 namespace send_flags = core::send_flags;
 
-enum class PortKind : uint8_t {
-  kAfXdp,     // kernel bypass (lib/io/af_xdp_port.h)
-  kUdpUring,  // kernel UDP through io_uring (lib/io/udp_uring_port.h)
-  kMemory,    // in-process (lib/io/memory_port.h): tests and benchmarks
-};
-
-struct PlaneOptions {
-  std::string ifname;    // interface of this plane (unused by memory ports)
-  std::string local_ip;  // this host's address on the plane, IPv4 or IPv6 literal
-};
-
-// What the port factory is asked for: the port of one worker on one plane.
-struct PortSpec {
-  int worker = 0;
-  int plane = 0;
-  uint32_t queue = 0;  // first_queue + worker
-  std::string ifname;
-  io::IpAddress local_ip;
-  PortKind kind = PortKind::kAfXdp;
-  uint16_t udp_port = 0;
-  uint32_t mtu = 0;  // MetaRoCE payload bytes per packet
-};
-using PortFactory =
-    std::function<absl::StatusOr<std::unique_ptr<io::PacketPort>>(const PortSpec& spec)>;
-
 struct ContextOptions {
   std::vector<PlaneOptions> planes;  // one per plane, at least one
   PortKind port_kind = PortKind::kAfXdp;
+  // Engine worker threads. 0: inline mode: no engine thread; the application's thread runs the
+  // engine by calling Context::Poll() (see the threading contract above). Latency-bound
+  // applications on few CPUs want it: a request and its answer then cross no thread handoff.
   int workers = 1;
   uint32_t first_queue = 0;          // worker i uses queue first_queue + i of every plane
-  std::vector<int> cpus;             // optional: worker i pinned to cpus[i % size]
+  std::vector<int> cpus;             // optional: worker i pinned to cpus[i % size] (threaded)
+  // Threaded mode: what an idle worker does, and after how many empty loops kPoll sleeps.
   engine::IdleStrategy idle = engine::IdleStrategy::kPoll;
+  uint32_t spins_before_sleep = 256;
   uint16_t udp_port = wire::kDefaultUdpPort;
-  uint32_t mtu = 4096;               // payload bytes per data packet; both peers must agree
+  // Payload bytes per data packet; both peers must agree. Context::Create(options) also takes 0:
+  // the largest that fits every plane's interface (Datapath::DefaultMtu).
+  uint32_t mtu = 4096;
 };
 
 struct ConnectOptions {
@@ -113,10 +105,28 @@ class Listener {
 
 class Context {
  public:
-  // Starts the engine: options.workers workers, each with one port per plane from `factory`.
+  // Starts the engine over this host's interfaces: creates and owns a Datapath
+  // (lib/api/port_factory.h: for kAfXdp the steering program on every plane's interface and one
+  // AF_XDP socket per worker per plane; detached when the context goes). An empty
+  // planes[i].local_ip is the interface's first IPv4 address; mtu 0 the interface's largest.
+  // Memory ports need a MemoryPairBroker: use one of the overloads below.
+  static absl::StatusOr<std::unique_ptr<Context>> Create(const ContextOptions& options);
+  // Same over a Datapath the caller made (to read the interfaces first); the context owns it.
+  // options.planes and port_kind must match it.
+  static absl::StatusOr<std::unique_ptr<Context>> Create(const ContextOptions& options,
+                                                         std::unique_ptr<Datapath> datapath);
+  // Starts the engine: options.workers workers (inline: one shard), each with one port per plane
+  // from `factory` (tests, custom ports).
   static absl::StatusOr<std::unique_ptr<Context>> Create(const ContextOptions& options,
                                                          PortFactory factory);
+  // Stops the engine (its ports close), then detaches the Datapath's programs.
   ~Context();
+
+  // Inline mode, driving thread: one iteration of the engine (receive, post what the
+  // connections' rings hold, timers, completions, flush); never blocks. Returns whether it found
+  // work (spin on it while it does). Threaded mode: returns false at once; call it freely.
+  bool Poll() { return engine_->Poll(); }
+  bool is_inline() const { return engine_->is_inline(); }
 
   // ibv_reg_mr. `access`: access::kLocalWrite | kRemoteWrite | kRemoteRead.
   absl::StatusOr<MemoryRegion> RegisterMemory(void* addr, size_t length, uint32_t access);
@@ -134,6 +144,8 @@ class Context {
 
   const ContextOptions& options() const { return options_; }
   engine::Engine& engine() { return *engine_; }
+  // The Datapath the context owns; null when it was created with a PortFactory.
+  const Datapath* datapath() const { return datapath_.get(); }
   // Per-worker counters and port statistics (control path).
   std::vector<engine::WorkerStats> Stats() { return engine_->Stats(); }
 
@@ -150,6 +162,7 @@ class Context {
 
   const ContextOptions options_;
   const std::vector<io::IpAddress> addresses_;  // ours, per plane
+  std::unique_ptr<Datapath> datapath_;  // outlives engine_, whose ports it serves
   std::unique_ptr<engine::Engine> engine_;
 };
 

@@ -12,8 +12,8 @@ namespace metaroce::engine {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
                                                        const PortFactory& factory) {
-  if (options.workers < 1 || options.workers > 256) {
-    return absl::InvalidArgumentError("workers must be in 1..256");
+  if (options.workers < 0 || options.workers > 256) {
+    return absl::InvalidArgumentError("workers must be in 0..256 (0: inline mode)");
   }
   if (options.planes < 1 || options.planes > 255) {
     return absl::InvalidArgumentError("planes must be in 1..255");
@@ -22,7 +22,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return absl::InvalidArgumentError("max_datagram_bytes must be >= 128 and handoff_slots > 0");
   }
   std::unique_ptr<Engine> e(new Engine(options));
-  const int n = options.workers;
+  const bool inline_mode = options.workers == 0;
+  const int n = inline_mode ? 1 : options.workers;
   for (int w = 0; w < n; ++w) {
     std::vector<std::unique_ptr<io::PacketPort>> ports;
     for (int p = 0; p < options.planes; ++p) {
@@ -41,6 +42,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     wo.rx_batch = options.rx_batch;
     wo.tx_send_retries = options.tx_send_retries;
     wo.tx_backlog_limit = options.tx_backlog_limit;
+    // Inline: the application answers between two iterations; its answer goes before our ACK.
+    wo.defer_receive_acks = inline_mode;
     absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Create(wo, std::move(ports));
     if (!worker.ok()) return worker.status();
     e->workers_.push_back(*std::move(worker));
@@ -64,6 +67,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     }
     e->workers_[w]->Wire(std::move(to), std::move(from), all);
   }
+  if (inline_mode) return e;  // the application's thread drives worker 0 through Poll()
   for (int w = 0; w < n; ++w) {
     Worker* worker = e->workers_[w].get();
     e->threads_.emplace_back([worker, stop = &e->stop_] { worker->Run(*stop); });

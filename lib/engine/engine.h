@@ -7,9 +7,22 @@
 // connection's rings (lib/engine/channels.h); everything else (create/destroy connections,
 // register memory, snapshots) goes through the owner's control queue and waits for the answer.
 //
-// Threading: every public method is safe from any thread. Data-path methods are on the channels;
-// the methods here are control path and block until the worker(s) answered (microseconds when
-// workers are busy, at most one wake-up when they sleep).
+// Two modes, chosen by EngineOptions::workers:
+//   threaded (workers >= 1)  each worker runs on its own thread, sleeping when idle (IdleStrategy).
+//   inline   (workers == 0)  one worker and no thread: the application's thread drives it by
+//                            calling Poll(), which runs one loop iteration (Worker::RunOnce, the
+//                            same body the threads loop over). Nothing progresses (no packet is
+//                            received, acknowledged or retransmitted, no timer fires) between
+//                            Poll() calls. This saves the thread handoffs of the threaded mode (a
+//                            ping-pong then needs one thread per side, not two: on a 2-vCPU host
+//                            every handoff can cost a vCPU wake-up, ~20 us).
+//
+// Threading: threaded mode: every public method is safe from any thread. Data-path methods are on
+// the channels; the methods here are control path and block until the worker(s) answered
+// (microseconds when workers are busy, at most one wake-up when they sleep). Inline mode: every
+// method, and both ends of every channel, from one thread at a time (the driving thread; handing
+// the engine to another thread needs a happens-before, e.g. a join); control methods run on the
+// calling thread at once.
 // Errors: absl::Status; nothing logs.
 #pragma once
 
@@ -40,10 +53,13 @@ using PortFactory =
     std::function<absl::StatusOr<std::unique_ptr<io::PacketPort>>(int worker, int plane)>;
 
 struct EngineOptions {
+  // Worker threads; 0: inline mode (one worker, driven by Poll() on the application's thread).
   int workers = 1;
   int planes = 1;
-  // Optional CPU pinning: worker i runs on cpus[i % cpus.size()]. Empty: not pinned.
+  // Optional CPU pinning: worker i runs on cpus[i % cpus.size()]. Empty: not pinned. Inline mode:
+  // ignored (the application places its own thread).
   std::vector<int> cpus;
+  // Threaded mode only: what an idle worker does (inline mode: the application's loop decides).
   IdleStrategy idle = IdleStrategy::kPoll;
   uint32_t spins_before_sleep = 256;
   uint32_t rx_batch = 32;
@@ -59,8 +75,9 @@ struct EngineOptions {
 
 class Engine {
  public:
-  // Creates every worker's ports through `factory`, then starts the workers. Fails with the
-  // factory's error (naming the worker and plane) or if a thread cannot be pinned.
+  // Creates every worker's ports through `factory`, then starts the workers (inline mode: creates
+  // the one worker's ports, worker index 0, and starts nothing). Fails with the factory's error
+  // (naming the worker and plane) or if a thread cannot be pinned.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
                                                         const PortFactory& factory);
   // Stops and joins the workers; connections and ports go with them.
@@ -68,7 +85,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // Shards (Worker objects): options.workers, or 1 in inline mode.
   int workers() const { return static_cast<int>(workers_.size()); }
+  bool is_inline() const { return options_.workers == 0; }
   int planes() const { return options_.planes; }
   int OwnerOf(uint32_t conn_id) const { return static_cast<int>(conn_id % workers_.size()); }
   // A fresh non-zero connection id, unique within this engine (ids chosen by the caller must not
@@ -95,12 +114,24 @@ class Engine {
   absl::Status RequestRotation(uint32_t conn_id, uint16_t path_id);
   std::vector<WorkerStats> Stats();
 
-  // Data path: tells the owner of `channel` that its rings have work (cheap when it is awake).
-  void Wake(int worker) { workers_[worker]->Wake(); }
+  // Data path: tells the owner of `channel` that its rings have work (cheap when it is awake;
+  // nothing in inline mode, where the next Poll() finds the work).
+  void Wake(int worker) {
+    if (!is_inline()) workers_[worker]->Wake();
+  }
 
-  // Runs `fn` on worker `w`'s thread and waits for its result (control path).
+  // Inline mode, driving thread: one iteration of the worker's loop (receive a batch from every
+  // port and handoff, post what the application rings hold, fire due timers, deliver
+  // completions and events, flush the ports). Returns whether it found any work. Threaded mode:
+  // does nothing and returns false (the workers run by themselves), so that an application can
+  // call it whatever the mode.
+  bool Poll() { return is_inline() && workers_[0]->RunOnce(); }
+
+  // Runs `fn` on worker `w`'s thread and waits for its result (control path). Inline mode: runs
+  // it on the calling thread, which must be the driving thread.
   template <typename R>
   R Call(int w, absl::AnyInvocable<R(Worker&)> fn) {
+    if (is_inline()) return fn(*workers_[w]);
     std::promise<R> promise;
     std::future<R> future = promise.get_future();
     workers_[w]->Submit([&promise, fn = std::move(fn)](Worker& worker) mutable {

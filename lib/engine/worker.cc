@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "lib/wire/packet.h"
 
 namespace metaroce::engine {
 namespace {
@@ -140,10 +142,19 @@ bool Worker::RunOnce() {
   size_t work = 0;
   if (control_.pending()) work += RunControlTasks();
   work += DrainBacklogs();
+  // ACKs held by earlier receive phases (defer_receive_acks) leave after this iteration's
+  // application requests; those this receive phase produces wait for the next iteration.
+  const size_t held = held_acks_.size();
   core::Instant now = MonotonicNow();
+  holding_acks_ = options_.defer_receive_acks;
   work += ReceiveFromPorts(now);
   work += ReceiveHandoffs(now);
+  holding_acks_ = false;
   work += DrainCommands(now);
+  if (held > 0) {
+    FlushPorts();  // the application's packets go first
+    work += ReleaseHeldAcks(held);
+  }
   now = MonotonicNow();
   if (endpoint_.NextDeadline() <= now) {
     endpoint_.OnTimer(now);
@@ -177,21 +188,30 @@ void Worker::PortSink::Transmit(const core::TxMeta& meta, std::span<const std::b
   p.dst_port = meta.dst_port;
   p.headers = headers;
   p.payload = payload;
+  if (w.holding_acks_ && headers.size() > offsetof(wire::BaseHeader, opcode) &&
+      headers[offsetof(wire::BaseHeader, opcode)] == std::byte{uint8_t(wire::Opcode::kAck)}) {
+    w.CopyPacket(meta.plane, p, w.held_acks_.emplace_back());
+    return;
+  }
+  w.Emit(meta.plane, p);
+}
+
+void Worker::Emit(uint8_t plane, const io::TxPacket& p) {
   // A non-empty backlog goes first: overtaking it would reorder a path, and the core reads a
   // reordered path as loss.
-  if (w.backlog_[meta.plane].empty()) {
-    io::PacketPort& port = *w.ports_[meta.plane];
-    for (uint32_t attempt = 0; attempt <= w.options_.tx_send_retries; ++attempt) {
+  if (backlog_[plane].empty()) {
+    io::PacketPort& port = *ports_[plane];
+    for (uint32_t attempt = 0; attempt <= options_.tx_send_retries; ++attempt) {
       if (port.Send(p)) {
-        ++w.stats_.tx_packets;
-        w.unflushed_[meta.plane] = true;
+        ++stats_.tx_packets;
+        unflushed_[plane] = true;
         return;
       }
       port.Flush();
-      w.unflushed_[meta.plane] = false;
+      unflushed_[plane] = false;
     }
   }
-  w.Backlog(meta.plane, p);
+  Backlog(plane, p);
 }
 
 void Worker::Backlog(uint8_t plane, const io::TxPacket& p) {
@@ -201,7 +221,10 @@ void Worker::Backlog(uint8_t plane, const io::TxPacket& p) {
     return;
   }
   ++stats_.tx_backlogged;
-  BacklogPacket& b = queue.emplace_back();
+  CopyPacket(plane, p, queue.emplace_back());
+}
+
+void Worker::CopyPacket(uint8_t plane, const io::TxPacket& p, BacklogPacket& b) {
   if (!spare_buffers_.empty()) {
     b.bytes = std::move(spare_buffers_.back());
     spare_buffers_.pop_back();
@@ -212,6 +235,27 @@ void Worker::Backlog(uint8_t plane, const io::TxPacket& p) {
   b.dst = p.dst;
   b.src_port = p.src_port;
   b.dst_port = p.dst_port;
+  b.plane = plane;
+}
+
+io::TxPacket Worker::BacklogPacket::View() const {
+  io::TxPacket p;
+  p.dst = dst;
+  p.src_port = src_port;
+  p.dst_port = dst_port;
+  p.headers = std::span<const std::byte>(bytes.data(), header_bytes);
+  p.payload = std::span<const std::byte>(bytes).subspan(header_bytes);
+  return p;
+}
+
+size_t Worker::ReleaseHeldAcks(size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    BacklogPacket& b = held_acks_.front();
+    Emit(b.plane, b.View());
+    if (spare_buffers_.size() < 256) spare_buffers_.push_back(std::move(b.bytes));
+    held_acks_.pop_front();
+  }
+  return count;
 }
 
 size_t Worker::DrainBacklogs() {
@@ -220,13 +264,7 @@ size_t Worker::DrainBacklogs() {
     auto& queue = backlog_[plane];
     while (!queue.empty()) {
       BacklogPacket& b = queue.front();
-      io::TxPacket p;
-      p.dst = b.dst;
-      p.src_port = b.src_port;
-      p.dst_port = b.dst_port;
-      p.headers = std::span<const std::byte>(b.bytes.data(), b.header_bytes);
-      p.payload = std::span<const std::byte>(b.bytes).subspan(b.header_bytes);
-      if (!ports_[plane]->Send(p)) {
+      if (!ports_[plane]->Send(b.View())) {
         ports_[plane]->Flush();
         unflushed_[plane] = false;
         break;
@@ -414,6 +452,7 @@ bool Worker::HasPendingWork() {
   for (const auto& q : backlog_) {
     if (!q.empty()) return true;
   }
+  if (!held_acks_.empty()) return true;
   for (auto& [id, oc] : owned_) {
     if (!oc.send_blocked && !oc.channel->sends.EmptyApprox()) return true;
     if (!oc.recv_blocked && !oc.channel->recvs.EmptyApprox()) return true;

@@ -4,7 +4,8 @@
 Brings up 2 hosts x 2 planes x 2 spines, runs mrperf write_bw and send_bw with --verify for a few
 seconds each: clean (while `mrfabric ping` checks that the XDP program passes other traffic),
 with 5 % drop on one spine, with a spine blackholed mid-run, over the UDP port kind, and with 2
-workers (on a fabric with 2 queues per host link). Every run must report zero failed operations,
+workers (on a fabric with 2 queues per host link); write_lat and send_lat (inline engine) clean,
+and send_lat with the drop. Every run must report zero failed operations,
 zero data errors and verified messages in its JSON. The fabric is always torn down.
 
 usage: perf_fabric_test.py MRPERF MRFABRIC        exit 0 pass, 1 fail, 77 skip (not root)
@@ -83,8 +84,10 @@ def main():
                 problems.append("JSON version %r" % doc.get("version"))
             if client.returncode != 0:
                 problems.append("client exit %d: %s" % (client.returncode, client.stderr.strip()))
-            print("%-40s %6.2f Gb/s  %6d messages, %6d verified, %6d retransmits%s" %
-                  (label, r["bw_avg_gbps"], r["iterations"], r["verified"],
+            figure = ("%6.2f us  " % r["t_typical_us"] if "t_typical_us" in r else
+                      "%6.2f Gb/s" % r["bw_avg_gbps"])
+            print("%-40s %s  %6d messages, %6d verified, %6d retransmits%s" %
+                  (label, figure, r["iterations"], r["verified"],
                    s.get("retransmits", 0), "" if not problems else "  FAIL: " + "; ".join(problems)))
         shutil.rmtree(tmp, ignore_errors=True)
         if problems:
@@ -115,9 +118,13 @@ def main():
         else:
             print("%-40s ok" % "ping while mrperf runs")
         run("send_bw clean", "send_bw", [])
+        # Latency tests default to the inline engine (no engine thread: the app thread polls).
+        run("write_lat clean (inline engine)", "write_lat", [])
+        run("send_lat clean (inline engine)", "send_lat", [])
         fabric("fault", "0", "drop", "5")
         run("write_bw, 5 % drop on spine 0", "write_bw", [])
         run("send_bw, 5 % drop on spine 0", "send_bw", [])
+        run("send_lat, 5 % drop on spine 0", "send_lat", [])
         fabric("fault", "all", "clear")
         run("write_bw, spine 1 blackholed mid-run", "write_bw", [], during=blackhole_mid_run)
         fabric("fault", "all", "clear")

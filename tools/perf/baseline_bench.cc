@@ -247,15 +247,17 @@ class KernelUdpIo final : public DatagramIo {
 struct Setup {
   PerfOptions o;
   uint32_t mtu = 0;
-  std::unique_ptr<Datapath> dp;
+  std::unique_ptr<api::Datapath> dp;
   std::vector<std::unique_ptr<DatagramIo>> ios;  // per worker thread
   std::vector<io::IpAddress> peer_ips;           // per plane
 };
 
-absl::Status OpenIo(Setup& s, std::shared_ptr<MemoryPairBroker> broker, int side, bool server) {
+absl::Status OpenIo(Setup& s, std::shared_ptr<api::MemoryPairBroker> broker, int side,
+                    bool server) {
   PerfOptions dpo = s.o;
   if (!IsRaw(s.o.test)) dpo.port_kind = PortKindFlag::kUdp;  // kernel sockets: no XDP program
-  absl::StatusOr<std::unique_ptr<Datapath>> dp = Datapath::Create(dpo, std::move(broker), side);
+  absl::StatusOr<std::unique_ptr<api::Datapath>> dp =
+      api::Datapath::Create(DatapathOptionsFor(dpo, std::move(broker), side));
   if (!dp.ok()) return dp.status();
   s.dp = *std::move(dp);
   s.mtu = s.o.mtu != 0 ? s.o.mtu : s.dp->DefaultMtu();
@@ -270,7 +272,7 @@ absl::Status OpenIo(Setup& s, std::shared_ptr<MemoryPairBroker> broker, int side
         spec.queue = static_cast<uint32_t>(w);
         spec.ifname = s.dp->planes()[p].ifname;
         spec.local_ip = s.dp->planes()[p].local_ip;
-        spec.kind = s.dp->api_kind();
+        spec.kind = s.dp->kind();
         spec.udp_port = s.o.udp_port;
         spec.mtu = s.mtu;
         absl::StatusOr<std::unique_ptr<io::PacketPort>> port = s.dp->Open(spec);
@@ -300,9 +302,9 @@ absl::Status OpenIo(Setup& s, std::shared_ptr<MemoryPairBroker> broker, int side
   return absl::OkStatus();
 }
 
-std::string JoinIps(const Datapath& dp) {
+std::string JoinIps(const api::Datapath& dp) {
   std::vector<std::string> v;
-  for (const PlaneConfig& p : dp.planes()) v.push_back(p.local_ip.ToString());
+  for (const api::PlaneInfo& p : dp.planes()) v.push_back(p.local_ip.ToString());
   return absl::StrJoin(v, ",");
 }
 
@@ -373,7 +375,7 @@ void PrintTitle(const Setup& s) {
 }  // namespace
 
 absl::StatusOr<JsonValue> RunBaselineServer(const PerfOptions& options,
-                                            std::shared_ptr<MemoryPairBroker> broker,
+                                            std::shared_ptr<api::MemoryPairBroker> broker,
                                             std::function<void()> ready) {
   Setup s;
   s.o = options;
@@ -542,7 +544,7 @@ absl::StatusOr<JsonValue> RunBaselineServer(const PerfOptions& options,
 }
 
 absl::StatusOr<JsonValue> RunBaselineClient(const PerfOptions& options,
-                                            std::shared_ptr<MemoryPairBroker> broker) {
+                                            std::shared_ptr<api::MemoryPairBroker> broker) {
   Setup s;
   s.o = options;
   if (IsLatency(s.o.test)) s.o.workers = 1;

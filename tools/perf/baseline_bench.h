@@ -18,14 +18,14 @@
 #include "absl/status/statusor.h"
 #include "tools/perf/json.h"
 #include "tools/perf/options.h"
-#include "tools/perf/port_factory.h"
+#include "lib/api/port_factory.h"
 
 namespace metaroce::perf {
 
 absl::StatusOr<JsonValue> RunBaselineServer(const PerfOptions& options,
-                                            std::shared_ptr<MemoryPairBroker> broker,
+                                            std::shared_ptr<api::MemoryPairBroker> broker,
                                             std::function<void()> ready);
 absl::StatusOr<JsonValue> RunBaselineClient(const PerfOptions& options,
-                                            std::shared_ptr<MemoryPairBroker> broker);
+                                            std::shared_ptr<api::MemoryPairBroker> broker);
 
 }  // namespace metaroce::perf

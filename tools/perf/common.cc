@@ -4,13 +4,13 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <cstdio>
 #include <cstring>
 
 #include "lib/core/path_state.h"
-#include "tools/perf/port_factory.h"
 
 namespace metaroce::perf {
 
@@ -181,7 +181,7 @@ JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats) {
   return out;
 }
 
-JsonValue ConfigJson(const PerfOptions& o, const Datapath& dp, uint32_t mtu) {
+JsonValue ConfigJson(const PerfOptions& o, const api::Datapath& dp, uint32_t mtu) {
   JsonValue c;
   JsonValue sizes = JsonValue::MakeArray();
   for (uint64_t s : o.Sizes()) sizes.Push(s);
@@ -202,7 +202,7 @@ JsonValue ConfigJson(const PerfOptions& o, const Datapath& dp, uint32_t mtu) {
   c["udp_port"] = o.udp_port;
   c["control_port"] = o.port;
   JsonValue& planes = c["plane_config"] = JsonValue::MakeArray();
-  for (const PlaneConfig& p : dp.planes()) {
+  for (const api::PlaneInfo& p : dp.planes()) {
     JsonValue j;
     j["interface"] = p.ifname;
     j["local_ip"] = p.local_ip.ToString();
@@ -212,6 +212,27 @@ JsonValue ConfigJson(const PerfOptions& o, const Datapath& dp, uint32_t mtu) {
   JsonValue& steer = c["xdp_steering"] = JsonValue::MakeArray();
   for (const std::string& s : dp.SteeringDescriptions()) steer.Push(s);
   return c;
+}
+
+api::DatapathOptions DatapathOptionsFor(const PerfOptions& o,
+                                        std::shared_ptr<api::MemoryPairBroker> broker, int side) {
+  api::DatapathOptions d;
+  switch (o.port_kind) {
+    case PortKindFlag::kXdp: d.kind = api::PortKind::kAfXdp; break;
+    case PortKindFlag::kUdp: d.kind = api::PortKind::kUdpUring; break;
+    case PortKindFlag::kMemory: d.kind = api::PortKind::kMemory; break;
+  }
+  for (int p = 0; p < o.planes; ++p) {
+    api::PlaneOptions po;
+    if (static_cast<size_t>(p) < o.interfaces.size()) po.ifname = o.interfaces[p];
+    if (static_cast<size_t>(p) < o.local_ips.size()) po.local_ip = o.local_ips[p];
+    d.planes.push_back(po);
+  }
+  d.udp_port = o.udp_port;
+  d.queues = static_cast<uint32_t>(std::max(o.workers, 1));
+  d.memory_broker = std::move(broker);
+  d.memory_side = side;
+  return d;
 }
 
 bool EmitJson(const PerfOptions& o, const JsonValue& doc) {

@@ -9,13 +9,12 @@
 #include <vector>
 
 #include "lib/api/connection.h"
+#include "lib/api/port_factory.h"
 #include "lib/engine/worker.h"
 #include "tools/perf/json.h"
 #include "tools/perf/options.h"
 
 namespace metaroce::perf {
-
-class Datapath;
 
 // Set by the SIGINT/SIGTERM handler (main.cc); every loop checks it and unwinds, so that the
 // XDP programs are detached by their owners' destructors.
@@ -39,8 +38,10 @@ void SleepCpu(uint32_t micros);   // nanosleep
 // worker may share it (ENVIRONMENT.md: 2 vCPUs). Latency loops yield (the answer is due within
 // microseconds); bandwidth loops sleep, because a deep send queue covers a 50 us nap and a
 // yield loop steals a shared CPU from the worker (measured: ~40 % of it in sched_yield).
-inline void IdleWait(uint32_t& idle, bool latency = true) {
-  if (++idle < 64) {
+// Inline engine (--workers 0): the app thread is the engine, nothing else needs the CPU, and
+// every nap delays packets: it only spins.
+inline void IdleWait(uint32_t& idle, bool latency = true, bool inline_engine = false) {
+  if (inline_engine || ++idle < 64) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
@@ -55,7 +56,11 @@ inline void IdleWait(uint32_t& idle, bool latency = true) {
 
 JsonValue ConnectionJson(const api::ConnectionStats& s);
 JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats);
-JsonValue ConfigJson(const PerfOptions& o, const Datapath& dp, uint32_t mtu);
+JsonValue ConfigJson(const PerfOptions& o, const api::Datapath& dp, uint32_t mtu);
+// The datapath the flags describe (--port-kind, --interface, --local-ip, --udp-port, --workers);
+// `broker` and `side` for memory ports.
+api::DatapathOptions DatapathOptionsFor(const PerfOptions& o,
+                                        std::shared_ptr<api::MemoryPairBroker> broker, int side);
 // Writes the document to --out_json and/or stdout (--json). Returns false on a write error.
 bool EmitJson(const PerfOptions& o, const JsonValue& doc);
 

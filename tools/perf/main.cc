@@ -24,14 +24,14 @@ void OnSignal(int) {
 }
 
 absl::StatusOr<JsonValue> RunServer(const PerfOptions& o,
-                                    std::shared_ptr<metaroce::perf::MemoryPairBroker> broker,
+                                    std::shared_ptr<metaroce::api::MemoryPairBroker> broker,
                                     std::function<void()> ready) {
   if (metaroce::perf::IsStack(o.test)) return metaroce::perf::RunStackServer(o, broker, ready);
   return metaroce::perf::RunBaselineServer(o, broker, ready);
 }
 
 absl::StatusOr<JsonValue> RunClient(const PerfOptions& o,
-                                    std::shared_ptr<metaroce::perf::MemoryPairBroker> broker) {
+                                    std::shared_ptr<metaroce::api::MemoryPairBroker> broker) {
   if (metaroce::perf::IsStack(o.test)) return metaroce::perf::RunStackClient(o, broker);
   return metaroce::perf::RunBaselineClient(o, broker);
 }
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   const PerfOptions& o = *options;
   if (o.port_kind == metaroce::perf::PortKindFlag::kMemory) {
     // In-process: the server on a thread, the client here, joined by memory port pairs.
-    auto broker = std::make_shared<metaroce::perf::MemoryPairBroker>();
+    auto broker = std::make_shared<metaroce::api::MemoryPairBroker>();
     std::optional<absl::StatusOr<JsonValue>> server_result;
     std::thread server([&] {
       metaroce::perf::SetTablesQuiet(true);

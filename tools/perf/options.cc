@@ -130,7 +130,9 @@ datapath flags:
       --paths N                logical paths per connection (8; gbn 1)
       --transport metaroce|gbn|reorder
       --port-kind xdp|udp|memory   AF_XDP, kernel UDP through io_uring, in-process pair
-      --workers N              engine worker threads (AF_XDP queue = worker index)
+      --workers N              engine worker threads (AF_XDP queue = worker index); 0: no
+                               engine thread, the app thread drives the engine (inline;
+                               default of write_lat/send_lat; others: 1)
       --mtu BYTES              payload bytes per packet (default: from the interface MTU)
       --verify                 check the data pattern of every message at the receiver
       --spin                   engine workers busy-poll instead of sleeping when idle
@@ -247,7 +249,12 @@ absl::StatusOr<PerfOptions> ParseCommandLine(int argc, char** argv) {
     else return Bad("--port-kind", v, "xdp, udp or memory");
     return absl::OkStatus();
   }};
-  flags["--workers"] = {true, integer("--workers", &o.workers, 1, 64)};
+  bool workers_set = false;
+  auto workers_setter = integer("--workers", &o.workers, 0, 64);
+  flags["--workers"] = {true, [&](std::string_view v) {
+    workers_set = true;
+    return workers_setter(v);
+  }};
   flags["--mtu"] = {true, integer("--mtu", &o.mtu, 64, 9000)};
   flags["--verify"] = {false, [&](std::string_view) {
     o.verify = true;
@@ -304,6 +311,14 @@ absl::StatusOr<PerfOptions> ParseCommandLine(int argc, char** argv) {
   if (o.iterations == 0) o.iterations = IsLatency(o.test) ? 1000 : 5000;
   if (size_set && o.all_sizes) return absl::InvalidArgumentError("-s and -a exclude each other");
   if (!paths_set) o.paths = o.transport == Transport::kGoBackN ? 1 : 8;
+  // Latency through the stack: an inline engine, so that a ping-pong crosses no thread handoff
+  // (two threads per side on 2 vCPUs cost a vCPU wake-up per handoff).
+  if (!workers_set) o.workers = IsStack(o.test) && IsLatency(o.test) ? 0 : 1;
+  if (o.workers == 0 && !IsStack(o.test)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--workers 0 (inline engine) is for the stack tests; ", std::string(TestName(o.test)),
+        " needs --workers 1 or more"));
+  }
   if (o.port_kind == PortKindFlag::kMemory) {
     if (!o.interfaces.empty()) {
       return absl::InvalidArgumentError("--port-kind memory takes no --interface");

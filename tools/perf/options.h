@@ -56,6 +56,8 @@ struct PerfOptions {
                                         // interface's first IPv4 address)
   Transport transport = Transport::kMetaRoce;
   PortKindFlag port_kind = PortKindFlag::kXdp;
+  // --workers: engine worker threads; 0: inline engine, driven by the app thread (the default of
+  // write_lat and send_lat; the others default to 1). Raw and udp tests: sockets/threads, >= 1.
   int workers = 1;
   uint32_t mtu = 0;            // payload bytes per packet; 0: from the interface MTU
   bool verify = false;         // --verify: check every message's data pattern at the receiver

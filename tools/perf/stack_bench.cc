@@ -91,11 +91,11 @@ struct Qp {
   std::vector<uint32_t> free_slots;
 };
 
-// One side's stack: datapath, context, completion queues and connections, torn down in order.
+// One side's stack: context (which owns the datapath), completion queues and connections, torn
+// down in order.
 struct Session {
   PerfOptions o;  // the effective test parameters (the server adopts the client's)
   uint32_t mtu = 0;
-  std::unique_ptr<Datapath> dp;
   std::unique_ptr<api::Context> ctx;
   std::unique_ptr<api::CompletionQueue> scq, rcq;
   std::vector<Qp> qps;
@@ -111,24 +111,27 @@ struct Session {
     rcq.reset();
     scq.reset();
     ctx.reset();
-    dp.reset();
   }
+
+  const api::Datapath& dp() const { return *ctx->datapath(); }
 };
 
-absl::Status CreateStack(Session& s, std::shared_ptr<MemoryPairBroker> broker, int side) {
-  absl::StatusOr<std::unique_ptr<Datapath>> dp = Datapath::Create(s.o, std::move(broker), side);
+absl::Status CreateStack(Session& s, std::shared_ptr<api::MemoryPairBroker> broker, int side) {
+  absl::StatusOr<std::unique_ptr<api::Datapath>> dp =
+      api::Datapath::Create(DatapathOptionsFor(s.o, std::move(broker), side));
   if (!dp.ok()) return dp.status();
-  s.dp = *std::move(dp);
-  s.mtu = s.o.mtu != 0 ? s.o.mtu : s.dp->DefaultMtu();
+  s.mtu = s.o.mtu != 0 ? s.o.mtu : (*dp)->DefaultMtu();
   api::ContextOptions co;
-  for (const PlaneConfig& p : s.dp->planes()) co.planes.push_back({p.ifname, p.local_ip.ToString()});
-  co.port_kind = s.dp->api_kind();
+  for (const api::PlaneInfo& p : (*dp)->planes()) {
+    co.planes.push_back({p.ifname, p.local_ip.ToString()});
+  }
+  co.port_kind = (*dp)->kind();
   co.workers = s.o.workers;
   co.cpus = s.o.cpus;
   co.idle = s.o.spin ? engine::IdleStrategy::kSpin : engine::IdleStrategy::kPoll;
   co.udp_port = s.o.udp_port;
   co.mtu = s.mtu;
-  absl::StatusOr<std::unique_ptr<api::Context>> ctx = api::Context::Create(co, s.dp->Factory());
+  absl::StatusOr<std::unique_ptr<api::Context>> ctx = api::Context::Create(co, *std::move(dp));
   if (!ctx.ok()) return ctx.status();
   s.ctx = *std::move(ctx);
   return absl::OkStatus();
@@ -226,7 +229,11 @@ absl::Status PostReceives(Session& s, Qp& q, uint32_t count) {
       if (Clock::now() > deadline) {
         return absl::ResourceExhaustedError("receive ring stays full: lower -r");
       }
-      YieldCpu();
+      if (s.ctx->is_inline()) {
+        s.ctx->Poll();  // the engine that empties the ring is this thread
+      } else {
+        YieldCpu();
+      }
     }
   }
   q.recv_posted += count;
@@ -310,6 +317,7 @@ BwResult ClientBw(Session& s, uint64_t size) {
       posted[i] += done;
       work += done;
     }
+    if (s.ctx->Poll()) ++work;  // inline engine: transmit what was posted, receive ACKs
     const size_t got = s.scq->Poll(wc);
     const Clock::time_point t = got > 0 ? Clock::now() : now;
     for (size_t k = 0; k < got; ++k) {
@@ -342,7 +350,7 @@ BwResult ClientBw(Session& s, uint64_t size) {
       }
     }
     if (work == 0) {
-      IdleWait(idle, /*latency=*/false);
+      IdleWait(idle, /*latency=*/false, s.ctx->is_inline());
     } else {
       idle = 0;
     }
@@ -357,6 +365,16 @@ BwResult ClientBw(Session& s, uint64_t size) {
   }
   r.peak_bytes_per_s = meter.PeakBytesPerSecond(stop, r.avg_bytes_per_s);
   return r;
+}
+
+// Inline engine: after its last message the client keeps the engine running a little, so that
+// what it owes the peer (delayed ACKs of the last answers, replies to retransmissions) goes out
+// before it blocks on the control connection, where nothing runs the engine. Meanwhile the
+// server still polls (it stops at the client's "round_done"). No-op with engine threads.
+void Settle(Session& s) {
+  if (!s.ctx->is_inline()) return;
+  const Clock::time_point until = Clock::now() + std::chrono::milliseconds(5);
+  while (Clock::now() < until) s.ctx->Poll();
 }
 
 // ---- latency (both sides) ----
@@ -414,6 +432,7 @@ LatResult ClientLat(Session& s, uint64_t size) {
     bool done = false, failed = false;
     uint32_t spins = 0;
     while (!done && !failed) {
+      s.ctx->Poll();  // inline engine: this thread sends the ping and receives the pong
       if (polls_memory) {
         if (LoadByte(q.buf + size - 1) == Tag(g)) done = true;
       } else {
@@ -491,8 +510,16 @@ ServerRound Serve(Session& s, ControlChannel& ctl, uint64_t size) {
   bool uses_receives = false;
   for (Qp& q : s.qps) uses_receives = uses_receives || q.recvs > 0;
   if (!latency && !uses_receives) {
-    // write_bw without --verify: the data path needs nothing from us (as ib_write_bw's server).
-    while (!ctl.Readable() && !StopRequested()) absl::SleepFor(absl::Milliseconds(5));
+    // write_bw without --verify: the data path needs nothing from us (as ib_write_bw's server),
+    // except, with an inline engine, the thread that runs it.
+    if (!s.ctx->is_inline()) {
+      while (!ctl.Readable() && !StopRequested()) absl::SleepFor(absl::Milliseconds(5));
+      return r;
+    }
+    for (uint32_t loops = 1;; ++loops) {
+      s.ctx->Poll();
+      if ((loops & 255) == 0 && (ctl.Readable() || StopRequested())) break;
+    }
     return r;
   }
   std::vector<api::WorkCompletion> wc(128);
@@ -506,7 +533,7 @@ ServerRound Serve(Session& s, ControlChannel& ctl, uint64_t size) {
       }
       if (drain_until != Clock::time_point{} && Clock::now() >= drain_until) break;
     }
-    size_t work = 0;
+    size_t work = s.ctx->Poll() ? 1 : 0;  // inline engine: receive, post, transmit
     if (polls_memory) {
       Qp& q = s.qps[0];
       if (LoadByte(q.buf + size - 1) == Tag(q.next_seq)) {
@@ -571,7 +598,7 @@ ServerRound Serve(Session& s, ControlChannel& ctl, uint64_t size) {
       }
     }
     if (work == 0) {
-      IdleWait(idle, latency);
+      IdleWait(idle, latency, s.ctx->is_inline());
     } else {
       idle = 0;
     }
@@ -666,7 +693,7 @@ JsonValue ConnectionsJson(Session& s) {
 
 JsonValue XdpJson(const Session& s) {
   JsonValue out = JsonValue::MakeArray();
-  for (const auto& [ifname, c] : s.dp->SteeringCounters()) {
+  for (const auto& [ifname, c] : s.dp().SteeringCounters()) {
     JsonValue j;
     j["interface"] = ifname;
     j["redirected"] = c.redirected;
@@ -690,7 +717,7 @@ JsonValue DocumentHead(const Session& s, std::string_view role) {
   doc["tool"] = "mrperf";
   doc["test"] = TestName(s.o.test);
   doc["role"] = role;
-  JsonValue config = ConfigJson(s.o, *s.dp, s.mtu);
+  JsonValue config = ConfigJson(s.o, s.dp(), s.mtu);
   std::vector<engine::WorkerStats> ws = s.ctx->Stats();
   JsonValue& ports = config["port_descriptions"] = JsonValue::MakeArray();
   bool zero_copy = false;
@@ -707,10 +734,12 @@ JsonValue DocumentHead(const Session& s, std::string_view role) {
 
 void PrintHeader(const Session& s, bool latency) {
   if (TablesQuiet()) return;
-  std::printf("%s  %s, %d connection(s), %d path(s), %zu plane(s), %d worker(s), mtu %u%s\n",
+  const std::string engine = s.o.workers == 0 ? std::string("inline engine")
+                                               : absl::StrCat(s.o.workers, " worker(s)");
+  std::printf("%s  %s, %d connection(s), %d path(s), %zu plane(s), %s, mtu %u%s\n",
               std::string(TestName(s.o.test)).c_str(),
               std::string(TransportName(s.o.transport)).c_str(), s.o.qps, s.o.paths,
-              s.dp->planes().size(), s.o.workers, s.mtu, s.o.verify ? ", verify" : "");
+              s.dp().planes().size(), engine.c_str(), s.mtu, s.o.verify ? ", verify" : "");
   std::vector<engine::WorkerStats> ws = s.ctx->Stats();
   if (!ws.empty() && !ws[0].port_descriptions.empty()) {
     std::printf("port: %s\n", ws[0].port_descriptions[0].c_str());
@@ -746,7 +775,7 @@ ControlMessage LatToMessage(const LatResult& r) {
 }  // namespace
 
 absl::StatusOr<JsonValue> RunStackServer(const PerfOptions& options,
-                                         std::shared_ptr<MemoryPairBroker> broker,
+                                         std::shared_ptr<api::MemoryPairBroker> broker,
                                          std::function<void()> ready) {
   Session s;
   s.o = options;
@@ -883,7 +912,7 @@ absl::StatusOr<JsonValue> RunStackServer(const PerfOptions& options,
 }
 
 absl::StatusOr<JsonValue> RunStackClient(const PerfOptions& options,
-                                         std::shared_ptr<MemoryPairBroker> broker) {
+                                         std::shared_ptr<api::MemoryPairBroker> broker) {
   Session s;
   s.o = options;
   if (absl::Status st = CreateStack(s, broker, 1); !st.ok()) return st;
@@ -938,9 +967,11 @@ absl::StatusOr<JsonValue> RunStackClient(const PerfOptions& options,
     LatResult lat;
     if (latency) {
       lat = ClientLat(s, size);
+      Settle(s);
       done = LatToMessage(lat);
     } else {
       bw = ClientBw(s, size);
+      Settle(s);
       done = BwToMessage(bw);
     }
     if (absl::Status st = ctl->Send(done); !st.ok()) return st;

@@ -18,16 +18,16 @@
 #include "absl/status/statusor.h"
 #include "tools/perf/json.h"
 #include "tools/perf/options.h"
-#include "tools/perf/port_factory.h"
+#include "lib/api/port_factory.h"
 
 namespace metaroce::perf {
 
 // `broker`: memory ports only (the in-process pair). `ready`: called once the control port
 // listens (in-process runs start their client then).
 absl::StatusOr<JsonValue> RunStackServer(const PerfOptions& options,
-                                         std::shared_ptr<MemoryPairBroker> broker,
+                                         std::shared_ptr<api::MemoryPairBroker> broker,
                                          std::function<void()> ready);
 absl::StatusOr<JsonValue> RunStackClient(const PerfOptions& options,
-                                         std::shared_ptr<MemoryPairBroker> broker);
+                                         std::shared_ptr<api::MemoryPairBroker> broker);
 
 }  // namespace metaroce::perf

@@ -256,6 +256,134 @@ TEST(Context_Create, RefusesBadOptions) {
   o = Options("198.18.0.1");
   o.planes.clear();
   EXPECT_FALSE(Context::Create(o, fabric.Factory(true)).ok());
+  o = Options("198.18.0.1");
+  o.workers = -1;
+  EXPECT_EQ(Context::Create(o, fabric.Factory(true)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Memory ports come from a broker (or a factory); the context cannot make them up.
+  o = Options("198.18.0.1");
+  EXPECT_THAT(std::string(Context::Create(o).status().message()), HasSubstr("memory_broker"));
+}
+
+TEST_F(ContextTest, PollIsANoOpWithEngineThreads) {
+  EXPECT_FALSE(server->is_inline());
+  EXPECT_FALSE(server->Poll());
+  EXPECT_EQ(server->datapath(), nullptr);  // made with a PortFactory
+}
+
+// Inline contexts (workers 0) over a MemoryPairBroker's port pair: no engine thread; this test's
+// thread runs both engines by calling Poll() on each in turn. The TCP exchange blocks, so Accept
+// runs on a helper thread, which hands the server context back when joined.
+class InlineContextTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto broker = std::make_shared<MemoryPairBroker>();
+    for (int side = 0; side < 2; ++side) {
+      DatapathOptions d;
+      d.kind = PortKind::kMemory;
+      d.planes = {PlaneOptions{}};  // address: 198.19.250.(1 + side)
+      d.memory_broker = broker;
+      d.memory_side = side;
+      absl::StatusOr<std::unique_ptr<Datapath>> dp = Datapath::Create(d);
+      ASSERT_TRUE(dp.ok()) << dp.status();
+      ContextOptions o;
+      o.planes = {PlaneOptions{}};
+      o.port_kind = PortKind::kMemory;
+      o.workers = 0;
+      o.mtu = 1024;
+      absl::StatusOr<std::unique_ptr<Context>> ctx = Context::Create(o, *std::move(dp));
+      ASSERT_TRUE(ctx.ok()) << ctx.status();
+      (side == 0 ? server : client) = *std::move(ctx);
+    }
+    scq = *server->CreateCompletionQueue(64);
+    ccq = *client->CreateCompletionQueue(64);
+  }
+  // Polls both contexts until `cq` has `count` completions (or the timeout passed).
+  std::vector<WorkCompletion> Drive(CompletionQueue& cq, size_t count) {
+    std::vector<WorkCompletion> out;
+    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+    WorkCompletion buf[16];
+    while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+      server->Poll();
+      client->Poll();
+      const size_t n = cq.Poll(buf);
+      out.insert(out.end(), buf, buf + n);
+    }
+    return out;
+  }
+
+  std::unique_ptr<Context> server, client;
+  std::unique_ptr<CompletionQueue> scq, ccq;
+};
+
+TEST_F(InlineContextTest, WriteAndSendRoundTripInOneThread) {
+  ASSERT_TRUE(server->is_inline());
+  ASSERT_NE(server->datapath(), nullptr);
+  EXPECT_EQ(server->options().planes[0].local_ip, "198.19.250.1");  // from the datapath
+  EXPECT_EQ(client->options().planes[0].local_ip, "198.19.250.2");
+  std::vector<std::byte> sbuf(8192), cbuf(8192);
+  const uint32_t rw = access::kLocalWrite | access::kRemoteWrite;
+  auto smr = *server->RegisterMemory(sbuf.data(), sbuf.size(), rw);
+  auto cmr = *client->RegisterMemory(cbuf.data(), cbuf.size(), rw);
+  auto listener = *server->Listen(0, "127.0.0.1");
+  ConnectOptions so, co;
+  so.send_cq = so.recv_cq = scq.get();
+  co.send_cq = co.recv_cq = ccq.get();
+  so.path_count = co.path_count = 4;
+  so.private_data = AsBytes({smr.addr, smr.rkey, static_cast<uint32_t>(sbuf.size())});
+  absl::StatusOr<std::unique_ptr<Connection>> sc;
+  std::thread accept([&] { sc = listener->Accept(so); });
+  absl::StatusOr<std::unique_ptr<Connection>> cc = client->Connect("127.0.0.1", listener->port(), co);
+  accept.join();
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  Connection& s = **sc;
+  Connection& c = **cc;
+  RemoteBuffer at_server;
+  std::memcpy(&at_server, c.peer_private_data().data(), sizeof(at_server));
+
+  // Write: client [0, 3000) -> server [0, 3000), three packets.
+  for (size_t i = 0; i < 3000; ++i) cbuf[i] = std::byte(i * 13 + 1);
+  SendWorkRequest w;
+  w.wr_id = 1;
+  w.opcode = core::WrOpcode::kWrite;
+  w.flags = send_flags::kSignaled;
+  w.local = {cmr.addr, 3000, cmr.lkey};
+  w.remote_addr = at_server.addr;
+  w.rkey = at_server.rkey;
+  ASSERT_TRUE(c.PostSend(w).ok());
+  std::vector<WorkCompletion> wc = Drive(*ccq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, core::WcStatus::kSuccess);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(std::memcmp(cbuf.data(), sbuf.data(), 3000), 0);
+
+  // Send back: server [0, 3000) -> the client's receive at [4096, 8192).
+  RecvWorkRequest r;
+  r.wr_id = 2;
+  r.local = {cmr.addr + 4096, 4096, cmr.lkey};
+  ASSERT_TRUE(c.PostRecv(r).ok());
+  SendWorkRequest snd;
+  snd.wr_id = 3;
+  snd.opcode = core::WrOpcode::kSend;
+  snd.flags = send_flags::kSignaled;
+  snd.local = {smr.addr, 3000, smr.lkey};
+  ASSERT_TRUE(s.PostSend(snd).ok());
+  std::vector<WorkCompletion> got = Drive(*ccq, 1);
+  std::vector<WorkCompletion> sent = Drive(*scq, 1);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(got[0].status, core::WcStatus::kSuccess);
+  EXPECT_EQ(got[0].wr_id, 2u);
+  EXPECT_EQ(got[0].byte_len, 3000u);
+  EXPECT_EQ(sent[0].status, core::WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(cbuf.data(), cbuf.data() + 4096, 3000), 0);
+
+  // Control calls run on this thread at once.
+  absl::StatusOr<ConnectionStats> st = c.Stats();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->counters.messages_completed, 1u);
+  EXPECT_EQ(st->counters.messages_received, 1u);
 }
 
 }  // namespace

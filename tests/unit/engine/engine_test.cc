@@ -3,7 +3,9 @@
 // sender's). Connections are created directly (no TCP exchange) with matching configs.
 #include "lib/engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/io/memory_port.h"
+#include "lib/wire/packet.h"
 
 namespace metaroce::engine {
 namespace {
@@ -20,10 +23,33 @@ using ::testing::Field;
 
 constexpr auto kTimeout = std::chrono::seconds(8);
 
+// Forwards to a MemoryPort and logs the opcode of every packet sent, in order.
+class RecordingPort : public io::PacketPort {
+ public:
+  RecordingPort(std::unique_ptr<io::PacketPort> inner, std::vector<wire::Opcode>* log)
+      : inner_(std::move(inner)), log_(log) {}
+  bool Send(const io::TxPacket& p) override {
+    if (!inner_->Send(p)) return false;
+    log_->push_back(static_cast<wire::Opcode>(p.headers[offsetof(wire::BaseHeader, opcode)]));
+    return true;
+  }
+  void Flush() override { inner_->Flush(); }
+  size_t Receive(std::span<io::RxPacket> out) override { return inner_->Receive(out); }
+  void Release(std::span<const io::RxPacket> packets) override { inner_->Release(packets); }
+  int wait_fd() const override { return inner_->wait_fd(); }
+  io::PortStats stats() const override { return inner_->stats(); }
+  std::string description() const override { return inner_->description(); }
+
+ private:
+  std::unique_ptr<io::PacketPort> inner_;
+  std::vector<wire::Opcode>* log_;
+};
+
 class TwoEngines {
  public:
+  // workers 0: two inline engines (one port pair), driven by PollBoth() from the test's thread.
   explicit TwoEngines(int workers) {
-    for (int w = 0; w < workers; ++w) {
+    for (int w = 0; w < std::max(workers, 1); ++w) {
       io::MemoryPort::Options a, b;
       a.local_ip = addr_a;
       b.local_ip = addr_b;
@@ -39,8 +65,11 @@ class TwoEngines {
     auto fa = [this](int w, int) -> absl::StatusOr<std::unique_ptr<io::PacketPort>> {
       return std::unique_ptr<io::PacketPort>(std::move(ports_a_[w]));
     };
-    auto fb = [this](int w, int) -> absl::StatusOr<std::unique_ptr<io::PacketPort>> {
-      return std::unique_ptr<io::PacketPort>(std::move(ports_b_[w]));
+    // Inline only: one thread sends, so one log serves.
+    auto fb = [this, workers](int w, int) -> absl::StatusOr<std::unique_ptr<io::PacketPort>> {
+      if (workers > 0) return std::unique_ptr<io::PacketPort>(std::move(ports_b_[w]));
+      return std::unique_ptr<io::PacketPort>(
+          std::make_unique<RecordingPort>(std::move(ports_b_[w]), &sent_by_b));
     };
     a = *Engine::Create(o, fa);
     b = *Engine::Create(o, fb);
@@ -76,23 +105,34 @@ class TwoEngines {
     return {*cha, *chb};
   }
 
-  // Polls `cq` until `count` completions arrived or the timeout passed.
-  static std::vector<core::Completion> Collect(CompletionChannel& cq, size_t count) {
+  // Polls `cq` until `count` completions arrived or the timeout passed. Inline engines are
+  // driven meanwhile (both of them: each needs the other's answers).
+  std::vector<core::Completion> Collect(CompletionChannel& cq, size_t count) {
     std::vector<core::Completion> out;
     const auto deadline = std::chrono::steady_clock::now() + kTimeout;
     core::Completion buf[64];
     while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+      const bool busy = PollBoth();
       const size_t n = cq.Poll(buf);
       out.insert(out.end(), buf, buf + n);
-      if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (n == 0 && !busy && !a->is_inline()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
     }
     return out;
+  }
+  // One iteration of each inline engine; false for threaded ones.
+  bool PollBoth() {
+    const bool pa = a->Poll();
+    const bool pb = b->Poll();
+    return pa || pb;
   }
 
   const io::IpAddress addr_a = io::IpAddress::V4(0xc6120001);  // 198.18.0.1
   const io::IpAddress addr_b = io::IpAddress::V4(0xc6120002);  // 198.18.0.2
   std::unique_ptr<Engine> a, b;
   std::shared_ptr<CompletionChannel> cq_a, cq_b;
+  std::vector<wire::Opcode> sent_by_b;  // inline: every packet engine B's port accepted, in order
 
  private:
   std::vector<std::unique_ptr<io::MemoryPort>> ports_a_, ports_b_;
@@ -106,15 +146,19 @@ std::vector<std::byte> Pattern(size_t n) {
 
 TEST(Engine_Create, RefusesBadOptionsAndFactoryErrors) {
   EngineOptions o;
-  o.workers = 0;
+  o.workers = -1;
   auto none = [](int, int) -> absl::StatusOr<std::unique_ptr<io::PacketPort>> {
     return absl::UnavailableError("no port here");
   };
   EXPECT_EQ(Engine::Create(o, none).status().code(), absl::StatusCode::kInvalidArgument);
-  o.workers = 1;
-  auto r = Engine::Create(o, none);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("worker 0 plane 0"));
+  o.workers = 257;
+  EXPECT_EQ(Engine::Create(o, none).status().code(), absl::StatusCode::kInvalidArgument);
+  for (int workers : {0, 1}) {  // inline mode asks for worker 0's ports too
+    o.workers = workers;
+    auto r = Engine::Create(o, none);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("worker 0 plane 0"));
+  }
 }
 
 TEST(Engine_Memory, RegistersSameKeysInEveryWorker) {
@@ -178,8 +222,8 @@ TEST(Engine_DataPath, ThousandWritesAndSendsAcrossTwoWorkers) {
     ASSERT_TRUE(ch->sends.TryPush(wr));
     t.a->Wake(ch->owner());
   }
-  auto sent = TwoEngines::Collect(*t.cq_a, kMsgs);
-  auto received = TwoEngines::Collect(*t.cq_b, recvs);
+  auto sent = t.Collect(*t.cq_a, kMsgs);
+  auto received = t.Collect(*t.cq_b, recvs);
   ASSERT_EQ(sent.size(), kMsgs);
   ASSERT_EQ(received.size(), recvs);
   EXPECT_THAT(sent, Each(Field(&core::Completion::status, core::WcStatus::kSuccess)));
@@ -223,7 +267,7 @@ TEST(Engine_Handoff, ConnectionOwnedByOtherWorkerStillWorks) {
     ASSERT_TRUE(ca->sends.TryPush(wr));
   }
   t.a->Wake(0);
-  auto sent = TwoEngines::Collect(*t.cq_a, 16);
+  auto sent = t.Collect(*t.cq_a, 16);
   ASSERT_EQ(sent.size(), 16u);
   EXPECT_THAT(sent, Each(Field(&core::Completion::status, core::WcStatus::kSuccess)));
   EXPECT_EQ(std::memcmp(src.data(), dst.data(), dst.size()), 0);
@@ -247,13 +291,121 @@ TEST(Engine_Refusal, BadLkeyCompletesWithLocProtErr) {
   wr.local = {0x1000, 16, 0xdeadbeef};
   ASSERT_TRUE(ca->sends.TryPush(wr));
   t.a->Wake(0);
-  auto c = TwoEngines::Collect(*t.cq_a, 1);
+  auto c = t.Collect(*t.cq_a, 1);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].wr_id, 42u);
   EXPECT_EQ(c[0].status, core::WcStatus::kLocProtErr);
   EXPECT_EQ(t.a->Stats()[0].commands_refused, 1u);
   EXPECT_TRUE(t.a->DestroyConnection(7).ok());
   EXPECT_TRUE(t.b->DestroyConnection(7).ok());
+}
+
+TEST(Engine_Inline, OneShardDrivenByTheCallingThread) {
+  TwoEngines t(0);
+  EXPECT_TRUE(t.a->is_inline());
+  EXPECT_EQ(t.a->workers(), 1);
+  EXPECT_EQ(t.a->OwnerOf(7), 0);
+  // Control calls run at once on the caller's thread: no worker thread exists to run them.
+  const std::thread::id caller = std::this_thread::get_id();
+  EXPECT_EQ(t.a->Call<std::thread::id>(0, [](Worker&) { return std::this_thread::get_id(); }),
+            caller);
+  EXPECT_FALSE(t.a->Poll());  // nothing to do
+  auto before = t.a->Stats();
+  ASSERT_EQ(before.size(), 1u);
+  t.a->Poll();
+  EXPECT_EQ(t.a->Stats()[0].loops, before[0].loops + 1);  // exactly one iteration per Poll
+  EXPECT_EQ(t.a->Stats()[0].sleeps, 0u);
+}
+
+// A Write, then a Send each way, between two inline engines polled in turn by this one thread.
+TEST(Engine_Inline, WriteAndSendRoundTripInOneThread) {
+  TwoEngines t(0);
+  std::vector<std::byte> abuf = Pattern(8192), bbuf(8192);
+  const uint32_t rw = core::access::kLocalWrite | core::access::kRemoteWrite;
+  auto amr = *t.a->RegisterMemory(abuf.data(), abuf.size(), rw);
+  auto bmr = *t.b->RegisterMemory(bbuf.data(), bbuf.size(), rw);
+  auto [ca, cb] = t.Connect(11, 12);
+
+  core::SendWorkRequest w;
+  w.wr_id = 1;
+  w.opcode = core::WrOpcode::kWrite;
+  w.flags = core::send_flags::kSignaled;
+  w.local = {amr.addr, 3000, amr.lkey};  // three packets at mtu 1024
+  w.remote_addr = bmr.addr;
+  w.rkey = bmr.rkey;
+  ASSERT_TRUE(ca->sends.TryPush(w));
+  t.a->Wake(0);  // a no-op inline: the next Poll finds the request
+  auto wc = t.Collect(*t.cq_a, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, core::WcStatus::kSuccess);
+  EXPECT_EQ(wc[0].opcode, core::WcOpcode::kRdmaWrite);
+  EXPECT_EQ(std::memcmp(abuf.data(), bbuf.data(), 3000), 0);
+
+  // B answers with a Send of what it got into A's posted receive.
+  core::RecvWorkRequest r;
+  r.wr_id = 2;
+  r.local = {amr.addr + 4096, 4096, amr.lkey};
+  ASSERT_TRUE(ca->recvs.TryPush(r));
+  core::SendWorkRequest s;
+  s.wr_id = 3;
+  s.opcode = core::WrOpcode::kSend;
+  s.flags = core::send_flags::kSignaled;
+  s.local = {bmr.addr, 3000, bmr.lkey};
+  ASSERT_TRUE(cb->sends.TryPush(s));
+  auto sent = t.Collect(*t.cq_b, 1);
+  auto received = t.Collect(*t.cq_a, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(sent[0].status, core::WcStatus::kSuccess);
+  EXPECT_EQ(received[0].status, core::WcStatus::kSuccess);
+  EXPECT_EQ(received[0].wr_id, 2u);
+  EXPECT_EQ(received[0].byte_len, 3000u);
+  EXPECT_EQ(std::memcmp(abuf.data(), abuf.data() + 4096, 3000), 0);
+  EXPECT_TRUE(t.a->DestroyConnection(11).ok());
+  EXPECT_TRUE(t.b->DestroyConnection(12).ok());
+}
+
+// Inline, the ACK of a received message waits for the application's next requests: an answer
+// posted between two Polls leaves before that ACK.
+TEST(Engine_Inline, AnswerLeavesBeforeTheAckOfTheRequest) {
+  TwoEngines t(0);
+  std::vector<std::byte> abuf(4096), bbuf(4096);
+  const uint32_t rw = core::access::kLocalWrite | core::access::kRemoteWrite;
+  auto amr = *t.a->RegisterMemory(abuf.data(), abuf.size(), rw);
+  auto bmr = *t.b->RegisterMemory(bbuf.data(), bbuf.size(), rw);
+  auto [ca, cb] = t.Connect(21, 22);
+  core::SendWorkRequest ping;
+  ping.opcode = core::WrOpcode::kWrite;
+  ping.local = {amr.addr, 8, amr.lkey};
+  ping.remote_addr = bmr.addr;
+  ping.rkey = bmr.rkey;
+  abuf[7] = std::byte{0x5a};
+  ASSERT_TRUE(ca->sends.TryPush(ping));
+  t.a->Poll();  // transmits the ping (one packet, ACK requested)
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (bbuf[7] != std::byte{0x5a} && std::chrono::steady_clock::now() < deadline) t.b->Poll();
+  ASSERT_EQ(bbuf[7], std::byte{0x5a});
+  EXPECT_THAT(t.sent_by_b, ::testing::IsEmpty());  // the ACK is held
+
+  core::SendWorkRequest pong = ping;
+  pong.local = {bmr.addr, 8, bmr.lkey};
+  pong.remote_addr = amr.addr + 2048;
+  pong.rkey = amr.rkey;
+  ASSERT_TRUE(cb->sends.TryPush(pong));
+  t.b->Poll();
+  EXPECT_THAT(t.sent_by_b, ::testing::ElementsAre(wire::Opcode::kWrite, wire::Opcode::kAck));
+
+  // A answers nothing: its next Polls release the ACK of the pong all the same.
+  while (abuf[2048 + 7] != std::byte{0x5a} && std::chrono::steady_clock::now() < deadline) {
+    t.a->Poll();
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  while (std::chrono::steady_clock::now() < until) t.PollBoth();
+  for (auto [engine, id] : {std::pair{t.a.get(), 21u}, std::pair{t.b.get(), 22u}}) {
+    auto snap = engine->Snapshot(id);
+    ASSERT_TRUE(snap.ok());
+    EXPECT_EQ(snap->outstanding_sends, 0u) << "connection " << id;  // acknowledged
+  }
 }
 
 }  // namespace

@@ -1,13 +1,14 @@
-#include "tools/perf/port_factory.h"
+#include "lib/api/port_factory.h"
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "lib/io/af_xdp_port.h"
 #include "lib/io/frame.h"
 #include "lib/io/interface_info.h"
 #include "lib/io/udp_uring_port.h"
-#include "lib/wire/packet.h"
 
-namespace metaroce::perf {
+namespace metaroce::api {
 namespace {
 
 // Above this L3 MTU a veth needs a frags XDP program (ENVIRONMENT.md), which needs XDP_USE_SG
@@ -37,66 +38,79 @@ std::unique_ptr<io::PacketPort> MemoryPairBroker::Open(int side, int worker, int
   return std::move(ours);
 }
 
-absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Create(
-    const PerfOptions& options, std::shared_ptr<MemoryPairBroker> broker, int side) {
+absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Create(const DatapathOptions& options) {
+  if (options.planes.empty()) return absl::InvalidArgumentError("a datapath needs 1+ planes");
   std::unique_ptr<Datapath> d(new Datapath);
   d->options_ = options;
-  d->broker_ = std::move(broker);
-  d->side_ = side;
-  if (options.port_kind == PortKindFlag::kMemory) {
-    for (int p = 0; p < options.planes; ++p) {
-      PlaneConfig pc;
+  if (options.kind == PortKind::kMemory) {
+    if (options.memory_broker == nullptr || options.memory_side < 0 || options.memory_side > 1) {
+      return absl::InvalidArgumentError(
+          "memory ports need DatapathOptions::memory_broker and memory_side 0 or 1 (or give "
+          "Context::Create a PortFactory)");
+    }
+    for (size_t p = 0; p < options.planes.size(); ++p) {
+      PlaneInfo pi;
       // Benchmarking range (RFC 2544), never routed: memory ports only print it.
-      absl::StatusOr<io::IpAddress> ip =
-          io::IpAddress::Parse(absl::StrCat("198.19.", 250 + p, ".", 1 + side));
-      pc.local_ip = *ip;
-      d->planes_.push_back(pc);
+      const std::string ip = options.planes[p].local_ip.empty()
+                                 ? absl::StrCat("198.19.", 250 + p, ".", 1 + options.memory_side)
+                                 : options.planes[p].local_ip;
+      absl::StatusOr<io::IpAddress> a = io::IpAddress::Parse(ip);
+      if (!a.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("plane ", p, " local_ip '", ip, "': ", a.status().message()));
+      }
+      pi.local_ip = *a;
+      d->planes_.push_back(pi);
     }
     return d;
   }
+  const uint32_t queues = std::max<uint32_t>(options.queues, 1);
   uint32_t max_mtu = 0;
-  for (size_t p = 0; p < options.interfaces.size(); ++p) {
-    PlaneConfig pc;
-    pc.ifname = options.interfaces[p];
-    absl::StatusOr<io::InterfaceInfo> info = io::ReadInterfaceInfo(pc.ifname);
+  for (size_t p = 0; p < options.planes.size(); ++p) {
+    PlaneInfo pi;
+    pi.ifname = options.planes[p].ifname;
+    absl::StatusOr<io::InterfaceInfo> info = io::ReadInterfaceInfo(pi.ifname);
     if (!info.ok()) {
       return absl::Status(info.status().code(),
                           absl::StrCat("plane ", p, ": ", info.status().message()));
     }
-    pc.if_mtu = info->mtu;
-    if (options.port_kind == PortKindFlag::kXdp &&
-        info->rx_queue_count > static_cast<uint32_t>(options.workers)) {
-      // The steering program passes our packets on a queue without a socket to the kernel,
-      // where nothing listens: they would all be lost.
-      return absl::FailedPreconditionError(absl::StrCat(
-          pc.ifname, " has ", info->rx_queue_count, " receive queues and mrperf opens AF_XDP "
-          "sockets on ", options.workers, ": give --workers ", info->rx_queue_count,
-          " (one socket per queue), or reduce the queues (`ethtool -L ", pc.ifname,
-          " combined ", options.workers, "`)"));
+    pi.if_mtu = info->mtu;
+    if (options.kind == PortKind::kAfXdp) {
+      if (options.first_queue == 0 && info->rx_queue_count > queues) {
+        // The steering program passes our packets on a queue without a socket to the kernel,
+        // where nothing listens: they would all be lost.
+        return absl::FailedPreconditionError(absl::StrCat(
+            pi.ifname, " has ", info->rx_queue_count, " receive queues and AF_XDP sockets are "
+            "opened on ", queues, " (one per worker): use ", info->rx_queue_count,
+            " workers (one socket per queue), or reduce the queues (`ethtool -L ", pi.ifname,
+            " combined ", queues, "`)"));
+      }
     }
     max_mtu = std::max(max_mtu, info->mtu);
-    if (!options.local_ips.empty()) {
-      absl::StatusOr<io::IpAddress> ip = io::IpAddress::Parse(options.local_ips[p]);
+    if (!options.planes[p].local_ip.empty()) {
+      absl::StatusOr<io::IpAddress> ip = io::IpAddress::Parse(options.planes[p].local_ip);
       if (!ip.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("--local-ip ", options.local_ips[p], ": ",
+        return absl::InvalidArgumentError(absl::StrCat("plane ", p, " local_ip '",
+                                                       options.planes[p].local_ip, "': ",
                                                        ip.status().message()));
       }
-      pc.local_ip = *ip;
+      pi.local_ip = *ip;
     } else if (!info->ipv4.empty()) {
-      pc.local_ip = info->ipv4.front().address;
+      pi.local_ip = info->ipv4.front().address;
     } else {
       return absl::FailedPreconditionError(absl::StrCat(
-          pc.ifname, " has no IPv4 address: give its address with --local-ip (plane ", p, ")"));
+          pi.ifname, " has no IPv4 address: give this host's address on plane ", p,
+          " (PlaneOptions::local_ip)"));
     }
-    d->planes_.push_back(pc);
+    d->planes_.push_back(pi);
   }
-  if (options.port_kind != PortKindFlag::kXdp) return d;
+  if (options.kind != PortKind::kAfXdp) return d;
 
   if (max_mtu > kMaxLinearXdpMtu) {
     return absl::FailedPreconditionError(absl::StrCat(
         "interface MTU ", max_mtu, " is above ", kMaxLinearXdpMtu,
-        ": native XDP on veth needs a frags program and XDP_USE_SG sockets, which mrperf does "
-        "not open; lower the MTU (`ip link set DEV mtu 3500`) or use --port-kind udp"));
+        ": native XDP on veth needs a frags program and XDP_USE_SG sockets, which AF_XDP ports "
+        "do not open; lower the MTU (`ip link set DEV mtu 3500`) or use kernel UDP ports"));
   }
   d->frame_size_ = max_mtu + io::kEthernetHeaderBytes + io::kVlanTagBytes <= 2048 ? 2048 : 4096;
   absl::StatusOr<uint64_t> memlock = io::AfXdpPort::RaiseMemlockLimit();
@@ -105,15 +119,15 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Create(
         "cannot raise RLIMIT_MEMLOCK for the AF_XDP UMEM (", memlock.status().message(),
         "): run as root, grant CAP_IPC_LOCK, or `ulimit -l unlimited`"));
   }
-  for (const PlaneConfig& pc : d->planes_) {
+  for (const PlaneInfo& pi : d->planes_) {
     io::XdpSteering::Options so;
-    so.ifname = pc.ifname;
+    so.ifname = pi.ifname;
     so.port = options.udp_port;
     so.no_socket = io::XdpSteering::NoSocket::kPass;
     absl::StatusOr<std::unique_ptr<io::XdpSteering>> s = io::XdpSteering::Load(so);
     if (!s.ok()) {
       return absl::Status(s.status().code(), absl::StrCat("loading the XDP steering program on ",
-                                                          pc.ifname, ": ", s.status().message()));
+                                                          pi.ifname, ": ", s.status().message()));
     }
     d->steering_.push_back(*std::move(s));
   }
@@ -122,22 +136,13 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Create(
 
 Datapath::~Datapath() = default;
 
-api::PortKind Datapath::api_kind() const {
-  switch (options_.port_kind) {
-    case PortKindFlag::kXdp: return api::PortKind::kAfXdp;
-    case PortKindFlag::kUdp: return api::PortKind::kUdpUring;
-    case PortKindFlag::kMemory: return api::PortKind::kMemory;
-  }
-  return api::PortKind::kMemory;
-}
-
 uint32_t Datapath::DefaultMtu() const {
-  if (options_.port_kind == PortKindFlag::kMemory) return 4096;
+  if (options_.kind == PortKind::kMemory) return 4096;
   uint32_t mtu = UINT32_MAX;
-  for (const PlaneConfig& pc : planes_) {
-    uint32_t m = pc.if_mtu - IpUdpBytes(pc.local_ip) - wire::kDataHeadersSize;
-    if (options_.port_kind == PortKindFlag::kXdp) {
-      const uint32_t frame_room = frame_size_ - io::kEthernetHeaderBytes - IpUdpBytes(pc.local_ip) -
+  for (const PlaneInfo& pi : planes_) {
+    uint32_t m = pi.if_mtu - IpUdpBytes(pi.local_ip) - wire::kDataHeadersSize;
+    if (options_.kind == PortKind::kAfXdp) {
+      const uint32_t frame_room = frame_size_ - io::kEthernetHeaderBytes - IpUdpBytes(pi.local_ip) -
                                   wire::kDataHeadersSize;
       m = std::min(m, frame_room);
     }
@@ -146,27 +151,31 @@ uint32_t Datapath::DefaultMtu() const {
   return mtu;
 }
 
-absl::StatusOr<std::unique_ptr<io::PacketPort>> Datapath::Open(const api::PortSpec& spec) {
-  const PlaneConfig& pc = planes_.at(spec.plane);
-  switch (options_.port_kind) {
-    case PortKindFlag::kMemory:
-      if (broker_ == nullptr) return absl::InternalError("memory ports without a broker (bug)");
-      return broker_->Open(side_, spec.worker, spec.plane, pc.local_ip);
-    case PortKindFlag::kUdp: {
+absl::StatusOr<std::unique_ptr<io::PacketPort>> Datapath::Open(const PortSpec& spec) {
+  if (spec.plane < 0 || static_cast<size_t>(spec.plane) >= planes_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("plane ", spec.plane, " of a datapath with ",
+                                                   planes_.size()));
+  }
+  const PlaneInfo& pi = planes_[spec.plane];
+  switch (options_.kind) {
+    case PortKind::kMemory:
+      return options_.memory_broker->Open(options_.memory_side, spec.worker, spec.plane,
+                                          pi.local_ip);
+    case PortKind::kUdpUring: {
       io::UdpUringPort::Options o;
-      o.local_ip = pc.local_ip;
+      o.local_ip = pi.local_ip;
       o.udp_port = spec.udp_port;
       o.buffer_bytes = std::max<uint32_t>(4096, spec.mtu + wire::kMaxHeadersSize + 64);
       absl::StatusOr<std::unique_ptr<io::UdpUringPort>> p = io::UdpUringPort::Open(o);
       if (!p.ok()) return p.status();
       return std::unique_ptr<io::PacketPort>(*std::move(p));
     }
-    case PortKindFlag::kXdp: {
+    case PortKind::kAfXdp: {
       io::AfXdpPort::Options o;
-      o.ifname = pc.ifname;
+      o.ifname = pi.ifname;
       o.queue_id = spec.queue;
       o.frame_size = frame_size_;
-      o.local_ip = pc.local_ip;
+      o.local_ip = pi.local_ip;
       o.udp_port = spec.udp_port;
       absl::StatusOr<std::unique_ptr<io::AfXdpPort>> p = io::AfXdpPort::Open(o);
       if (!p.ok()) {
@@ -178,7 +187,7 @@ absl::StatusOr<std::unique_ptr<io::PacketPort>> Datapath::Open(const api::PortSp
                                                                     (*p)->xsk_fd());
           !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("registering the AF_XDP socket of ",
-                                                   pc.ifname, " queue ", spec.queue, ": ",
+                                                   pi.ifname, " queue ", spec.queue, ": ",
                                                    s.message()));
       }
       return std::unique_ptr<io::PacketPort>(*std::move(p));
@@ -200,9 +209,10 @@ std::vector<std::string> Datapath::SteeringDescriptions() const {
   std::vector<std::string> out;
   for (const auto& s : steering_) {
     out.push_back(absl::StrCat("xdp_steer on ", s->ifname(), " ",
-                               std::string(io::XdpModeName(s->attached_mode())), " prog id ", s->prog_id()));
+                               std::string(io::XdpModeName(s->attached_mode())), " prog id ",
+                               s->prog_id()));
   }
   return out;
 }
 
-}  // namespace metaroce::perf
+}  // namespace metaroce::api
