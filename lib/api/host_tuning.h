@@ -21,7 +21,7 @@ inline core::ConnectionConfig HostTuning() {
   c.initial_rtt = microseconds(200);
   c.min_probe_timeout = microseconds(1000);
   c.target_queue_delay = microseconds(200);
-  c.ack_every = 4;
+  c.ack_every = 16;  // each ACK costs the peer a packet's worth of CPU on a software path
   c.delayed_ack = microseconds(50);
   c.rotation_holddown = milliseconds(5);
   c.rnr_delay = microseconds(200);

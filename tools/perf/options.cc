@@ -132,7 +132,7 @@ datapath flags:
       --port-kind xdp|udp|memory   AF_XDP, kernel UDP through io_uring, in-process pair
       --workers N              engine worker threads (AF_XDP queue = worker index); 0: no
                                engine thread, the app thread drives the engine (inline;
-                               default of write_lat/send_lat; others: 1)
+                               default of the stack tests; raw/udp: 1)
       --mtu BYTES              payload bytes per packet (default: from the interface MTU)
       --verify                 check the data pattern of every message at the receiver
       --spin                   engine workers busy-poll instead of sleeping when idle
@@ -313,7 +313,7 @@ absl::StatusOr<PerfOptions> ParseCommandLine(int argc, char** argv) {
   if (!paths_set) o.paths = o.transport == Transport::kGoBackN ? 1 : 8;
   // Latency through the stack: an inline engine, so that a ping-pong crosses no thread handoff
   // (two threads per side on 2 vCPUs cost a vCPU wake-up per handoff).
-  if (!workers_set) o.workers = IsStack(o.test) && IsLatency(o.test) ? 0 : 1;
+  if (!workers_set) o.workers = IsStack(o.test) ? 0 : 1;  // inline: fastest on small hosts
   if (o.workers == 0 && !IsStack(o.test)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--workers 0 (inline engine) is for the stack tests; ", std::string(TestName(o.test)),
