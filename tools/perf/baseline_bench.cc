@@ -381,26 +381,11 @@ absl::StatusOr<JsonValue> RunBaselineServer(const PerfOptions& options,
   s.o = options;
   if (IsLatency(s.o.test)) s.o.workers = 1;
   if (absl::Status st = OpenIo(s, broker, 0, true); !st.ok()) return st;
-  const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "0.0.0.0";
-  absl::StatusOr<api::ExchangeSocket> listen = api::ExchangeSocket::Listen(bind, options.port);
-  if (!listen.ok()) {
-    return absl::Status(listen.status().code(), absl::StrCat("control port ", options.port, ": ",
-                                                             listen.status().message(),
-                                                             " (another mrperf? use -p)"));
-  }
-  if (ready) ready();
-  std::fprintf(stderr, "mrperf: %s server waiting on port %u\n",
-               std::string(TestName(options.test)).c_str(), options.port);
-  std::optional<ControlChannel> ctl;
-  while (!ctl) {
-    if (StopRequested()) return absl::CancelledError("interrupted");
-    absl::StatusOr<ControlChannel> c = ControlChannel::Accept(*listen, absl::Now() + absl::Seconds(1));
-    if (c.ok()) ctl.emplace(*std::move(c));
-    else if (!absl::IsDeadlineExceeded(c.status())) return c.status();
-  }
+  absl::StatusOr<ClientGreeting> greeting = AwaitClient(options, ready);
+  if (!greeting.ok()) return greeting.status();
+  ControlChannel* ctl = &greeting->channel;
+  const ControlMessage* hello = &greeting->hello;
   const absl::Duration timeout = absl::Seconds(options.timeout_s);
-  absl::StatusOr<ControlMessage> hello = ctl->Receive("hello", absl::Now() + timeout);
-  if (!hello.ok()) return hello.status();
   if (hello->Get("test").value_or("") != TestName(s.o.test)) {
     const std::string why = absl::StrCat("the client runs ", hello->Get("test").value_or("?"),
                                          ", this server ", std::string(TestName(s.o.test)),

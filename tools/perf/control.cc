@@ -2,12 +2,15 @@
 
 #include <poll.h>
 
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tools/perf/common.h"
 
 namespace metaroce::perf {
 
@@ -139,6 +142,35 @@ void ControlChannel::SendError(std::string_view why) {
 bool ControlChannel::Readable() const {
   pollfd p{socket_.fd(), POLLIN, 0};
   return poll(&p, 1, 0) > 0;
+}
+
+absl::StatusOr<ClientGreeting> AwaitClient(const PerfOptions& options,
+                                           const std::function<void()>& ready) {
+  const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "0.0.0.0";
+  absl::StatusOr<api::ExchangeSocket> listen = api::ExchangeSocket::Listen(bind, options.port);
+  if (!listen.ok()) {
+    return absl::Status(listen.status().code(),
+                        absl::StrCat("control port ", options.port, ": ",
+                                     listen.status().message(), " (another mrperf? use -p)"));
+  }
+  if (ready) ready();
+  std::fprintf(stderr, "mrperf: %s server waiting on port %u\n",
+               std::string(TestName(options.test)).c_str(), options.port);
+  std::optional<ControlChannel> ctl;
+  while (!ctl) {
+    if (StopRequested()) return absl::CancelledError("interrupted");
+    absl::StatusOr<ControlChannel> c =
+        ControlChannel::Accept(*listen, absl::Now() + absl::Seconds(1));
+    if (c.ok()) {
+      ctl.emplace(*std::move(c));
+    } else if (!absl::IsDeadlineExceeded(c.status())) {
+      return c.status();
+    }
+  }
+  absl::StatusOr<ControlMessage> hello =
+      ctl->Receive("hello", absl::Now() + absl::Seconds(options.timeout_s));
+  if (!hello.ok()) return hello.status();
+  return ClientGreeting{*std::move(ctl), *std::move(hello)};
 }
 
 }  // namespace metaroce::perf

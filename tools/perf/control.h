@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "lib/api/exchange_socket.h"
+#include "tools/perf/options.h"
 
 namespace metaroce::perf {
 
@@ -54,5 +56,16 @@ class ControlChannel {
   explicit ControlChannel(api::ExchangeSocket s) : socket_(std::move(s)) {}
   api::ExchangeSocket socket_;
 };
+
+// A server's first steps, the same for every test: listen on the control port (-p), call
+// `ready` and say on stderr that it waits, accept one client (interruptible by SIGINT/SIGTERM)
+// and receive its "hello" within options.timeout_s. Errors name the fix (port in use: another
+// mrperf? use -p).
+struct ClientGreeting {
+  ControlChannel channel;
+  ControlMessage hello;
+};
+absl::StatusOr<ClientGreeting> AwaitClient(const PerfOptions& options,
+                                           const std::function<void()>& ready);
 
 }  // namespace metaroce::perf

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tools/common/byte_size.h"
 
 namespace metaroce::perf {
 namespace {
@@ -24,23 +25,9 @@ absl::Status Bad(std::string_view flag, std::string_view value, std::string_view
 
 // Unsigned integer with an optional K/M/G (x1024) suffix.
 absl::StatusOr<uint64_t> ParseSize(std::string_view flag, std::string_view text) {
-  uint64_t scale = 1;
-  std::string_view digits = text;
-  if (!digits.empty()) {
-    switch (digits.back()) {
-      case 'k': case 'K': scale = uint64_t{1} << 10; break;
-      case 'm': case 'M': scale = uint64_t{1} << 20; break;
-      case 'g': case 'G': scale = uint64_t{1} << 30; break;
-      default: break;
-    }
-    if (scale != 1) digits.remove_suffix(1);
-  }
-  uint64_t v = 0;
-  if (!absl::SimpleAtoi(absl::string_view(digits.data(), digits.size()), &v) ||
-      v > UINT64_MAX / scale) {
-    return Bad(flag, text, "a non-negative integer (K/M/G suffix allowed)");
-  }
-  return v * scale;
+  const std::optional<uint64_t> v = tools::ParseByteSize(text);
+  if (!v) return Bad(flag, text, "a non-negative integer (K/M/G suffix allowed)");
+  return *v;
 }
 
 absl::StatusOr<int64_t> ParseInt(std::string_view flag, std::string_view text, int64_t lo,

@@ -780,32 +780,18 @@ absl::StatusOr<JsonValue> RunStackServer(const PerfOptions& options,
   Session s;
   s.o = options;
   if (absl::Status st = CreateStack(s, broker, 0); !st.ok()) return st;
-  const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "0.0.0.0";
-  absl::StatusOr<api::ExchangeSocket> listen = api::ExchangeSocket::Listen(bind, options.port);
-  if (!listen.ok()) {
-    return absl::Status(listen.status().code(),
-                        absl::StrCat("control port ", options.port, ": ",
-                                     listen.status().message(), " (another mrperf? use -p)"));
-  }
-  if (ready) ready();
-  std::fprintf(stderr, "mrperf: %s server waiting on port %u\n",
-               std::string(TestName(options.test)).c_str(), options.port);
-  std::optional<ControlChannel> ctl;
-  while (!ctl) {
-    if (StopRequested()) return absl::CancelledError("interrupted");
-    absl::StatusOr<ControlChannel> c = ControlChannel::Accept(*listen, absl::Now() + absl::Seconds(1));
-    if (c.ok()) ctl.emplace(*std::move(c));
-    else if (!absl::IsDeadlineExceeded(c.status())) return c.status();
-  }
+  absl::StatusOr<ClientGreeting> greeting = AwaitClient(options, ready);
+  if (!greeting.ok()) return greeting.status();
+  ControlChannel* ctl = &greeting->channel;
+  const ControlMessage* hello = &greeting->hello;
   const absl::Duration timeout = absl::Seconds(options.timeout_s);
-  absl::StatusOr<ControlMessage> hello = ctl->Receive("hello", absl::Now() + timeout);
-  if (!hello.ok()) return hello.status();
   std::vector<uint64_t> sizes;
   if (absl::Status st = AdoptHello(s, *hello, &sizes); !st.ok()) {
     ctl->SendError(std::string(st.message()));
     return st;
   }
   if (absl::Status st = CreateQueues(s); !st.ok()) return st;
+  const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "0.0.0.0";
   absl::StatusOr<std::unique_ptr<api::Listener>> listener = s.ctx->Listen(0, bind);
   if (!listener.ok()) return listener.status();
   ControlMessage rdy;

@@ -5,7 +5,6 @@
 #include <functional>
 #include <limits>
 #include <optional>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -13,6 +12,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "tools/common/byte_size.h"
 
 namespace metaroce::sim {
 namespace {
@@ -33,22 +34,9 @@ absl::Status BadValue(absl::string_view flag, absl::string_view value, absl::str
 
 // Unsigned integer with an optional K/M/G (x1024) suffix.
 absl::StatusOr<uint64_t> ParseSize(absl::string_view flag, absl::string_view text) {
-  uint64_t scale = 1;
-  absl::string_view digits = text;
-  if (!digits.empty()) {
-    switch (digits.back()) {
-      case 'k': case 'K': scale = uint64_t{1} << 10; break;
-      case 'm': case 'M': scale = uint64_t{1} << 20; break;
-      case 'g': case 'G': scale = uint64_t{1} << 30; break;
-      default: break;
-    }
-    if (scale != 1) digits.remove_suffix(1);
-  }
-  uint64_t value = 0;
-  if (!absl::SimpleAtoi(digits, &value) || value > UINT64_MAX / scale) {
-    return BadValue(flag, text, "a non-negative integer (K/M/G suffix allowed)");
-  }
-  return value * scale;
+  const std::optional<uint64_t> v = tools::ParseByteSize(std::string_view(text.data(), text.size()));
+  if (!v) return BadValue(flag, text, "a non-negative integer (K/M/G suffix allowed)");
+  return *v;
 }
 
 template <typename T>
