@@ -80,20 +80,7 @@ class PortIo final : public DatagramIo {
   std::string description() const override { return ports_[0]->description(); }
   JsonValue Stats() const override {
     JsonValue out = JsonValue::MakeArray();
-    for (const auto& p : ports_) {
-      io::PortStats s = p->stats();
-      JsonValue j;
-      j["description"] = p->description();
-      j["tx_packets"] = s.tx_packets;
-      j["rx_packets"] = s.rx_packets;
-      j["tx_ring_full"] = s.tx_ring_full;
-      j["tx_unroutable"] = s.tx_unroutable;
-      j["rx_dropped"] = s.rx_dropped;
-      j["rx_ring_full"] = s.rx_ring_full;
-      j["fill_ring_empty"] = s.fill_ring_empty;
-      j["rx_kernel_dropped"] = s.rx_kernel_dropped;
-      out.Push(std::move(j));
-    }
+    for (const auto& p : ports_) out.Push(PortStatsJson(p->stats(), p->description()));
     return out;
   }
 

@@ -158,27 +158,32 @@ JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats) {
     j["rx_unknown_connection"] = w.endpoint.unknown_connection;
     JsonValue& ports = j["ports"] = JsonValue::MakeArray();
     for (size_t p = 0; p < w.ports.size(); ++p) {
-      const io::PortStats& s = w.ports[p];
-      JsonValue q;
+      JsonValue q = PortStatsJson(
+          w.ports[p], p < w.port_descriptions.size() ? w.port_descriptions[p] : "");
       q["plane"] = p;
-      q["description"] = p < w.port_descriptions.size() ? w.port_descriptions[p] : "";
-      q["tx_packets"] = s.tx_packets;
-      q["tx_bytes"] = s.tx_bytes;
-      q["rx_packets"] = s.rx_packets;
-      q["rx_bytes"] = s.rx_bytes;
-      q["tx_ring_full"] = s.tx_ring_full;
-      q["tx_unroutable"] = s.tx_unroutable;
-      q["rx_dropped"] = s.rx_dropped;
-      q["rx_ring_full"] = s.rx_ring_full;
-      q["fill_ring_empty"] = s.fill_ring_empty;
-      q["rx_invalid_descs"] = s.rx_invalid_descs;
-      q["tx_invalid_descs"] = s.tx_invalid_descs;
-      q["rx_kernel_dropped"] = s.rx_kernel_dropped;
       ports.Push(std::move(q));
     }
     out.Push(std::move(j));
   }
   return out;
+}
+
+JsonValue PortStatsJson(const io::PortStats& s, std::string_view description) {
+  JsonValue q;
+  q["description"] = std::string(description);
+  q["tx_packets"] = s.tx_packets;
+  q["tx_bytes"] = s.tx_bytes;
+  q["rx_packets"] = s.rx_packets;
+  q["rx_bytes"] = s.rx_bytes;
+  q["tx_ring_full"] = s.tx_ring_full;
+  q["tx_unroutable"] = s.tx_unroutable;
+  q["rx_dropped"] = s.rx_dropped;
+  q["rx_ring_full"] = s.rx_ring_full;
+  q["fill_ring_empty"] = s.fill_ring_empty;
+  q["rx_invalid_descs"] = s.rx_invalid_descs;
+  q["tx_invalid_descs"] = s.tx_invalid_descs;
+  q["rx_kernel_dropped"] = s.rx_kernel_dropped;
+  return q;
 }
 
 JsonValue ConfigJson(const PerfOptions& o, const api::Datapath& dp, uint32_t mtu) {
