@@ -2,7 +2,8 @@
 """Privileged end-to-end test of mrperf (tools/perf) on a namespace fabric (tools/fabric/mrfabric).
 
 Brings up 2 hosts x 2 planes x 2 spines, runs mrperf write_bw and send_bw with --verify for a few
-seconds each: clean (while `mrfabric ping` checks that the XDP program passes other traffic),
+seconds each: clean (while `mrfabric ping` and a TCP exchange check that the XDP program passes
+other traffic),
 with 5 % drop on one spine, with a spine blackholed mid-run, over the UDP port kind, and with 2
 workers (on a fabric with 2 queues per host link); write_lat and send_lat (inline engine) clean,
 and send_lat with the drop. Every run must report zero failed operations,
@@ -95,11 +96,42 @@ def main():
 
     ping_ok = {}
 
+    # A TCP exchange between the hosts on plane 1 (bounded: 256 KiB, 10 s): the XDP program
+    # must pass every protocol but MetaRoCE's port to the kernel.
+    tcp_server = (
+        "import socket,sys\n"
+        "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+        "s.bind(('198.18.1.6',18999)); s.listen(1); s.settimeout(10)\n"
+        "c,_=s.accept(); c.settimeout(10); n=0\n"
+        "while n<262144:\n"
+        "    b=c.recv(65536)\n"
+        "    if not b: break\n"
+        "    n+=len(b)\n"
+        "c.sendall(str(n).encode()); c.close()\n")
+    tcp_client = (
+        "import socket,time\n"
+        "for i in range(50):\n"
+        "    try:\n"
+        "        c=socket.create_connection(('198.18.1.6',18999),timeout=10); break\n"
+        "    except OSError: time.sleep(0.1)\n"
+        "c.sendall(b'x'*262144); c.shutdown(socket.SHUT_WR); print(c.recv(64).decode())\n")
+
     def ping_during():
         time.sleep(1)
         p = fabric("ping", "0", "1", "--plane", "all", "-c", "3", check=False)
         ping_ok["rc"] = p.returncode
         ping_ok["out"] = (p.stdout + p.stderr).strip()
+        srv = subprocess.Popen(["ip", "netns", "exec", "mrf-%s-h1" % NAME, "python3", "-c",
+                                tcp_server], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        cli = subprocess.run(["ip", "netns", "exec", "mrf-%s-h0" % NAME, "python3", "-c",
+                              tcp_client], capture_output=True, text=True, timeout=30)
+        try:
+            srv.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+        ping_ok["tcp"] = cli.stdout.strip()
+        ping_ok["tcp_err"] = (cli.stderr + srv.stderr.read()).strip()
 
     def blackhole_mid_run():
         time.sleep(1.5)
@@ -117,6 +149,11 @@ def main():
             failures.append("mrfabric ping failed while mrperf ran: %s" % ping_ok.get("out"))
         else:
             print("%-40s ok" % "ping while mrperf runs")
+        if ping_ok.get("tcp") != "262144":
+            failures.append("TCP between the hosts failed while mrperf ran: %r %s" %
+                            (ping_ok.get("tcp"), ping_ok.get("tcp_err")))
+        else:
+            print("%-40s ok" % "TCP (256 KiB) while mrperf runs")
         run("send_bw clean", "send_bw", [])
         # Latency tests default to the inline engine (no engine thread: the app thread polls).
         run("write_lat clean (inline engine)", "write_lat", [])
