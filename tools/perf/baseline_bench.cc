@@ -490,17 +490,7 @@ absl::StatusOr<JsonValue> RunBaselineServer(const PerfOptions& options,
   PrintTitle(s);
   JsonValue& results = doc["results"] = JsonValue::MakeArray();
   if (IsLatency(s.o.test)) {
-    LatResult l;
-    l.size = s.o.size;
-    l.iterations = done->U64Or("iterations", 0);
-    l.t_min = done->GetDouble("t_min").value_or(0);
-    l.t_max = done->GetDouble("t_max").value_or(0);
-    l.t_typical = done->GetDouble("t_typical").value_or(0);
-    l.t_avg = done->GetDouble("t_avg").value_or(0);
-    l.t_stdev = done->GetDouble("t_stdev").value_or(0);
-    l.p99 = done->GetDouble("p99").value_or(0);
-    l.p999 = done->GetDouble("p999").value_or(0);
-    l.failed_ops = done->U64Or("failed_ops", 0);
+    LatResult l = LatencyFrom(*done, s.o.size);
     PrintLatRow(l);
     results.Push(ToJson(l));
   } else {
@@ -591,10 +581,7 @@ absl::StatusOr<JsonValue> RunBaselineClient(const PerfOptions& options,
     }
     LatResult l = ComputeLatency(s.o.size, samples);
     l.failed_ops = failed;
-    done.Set("iterations", l.iterations).SetDouble("t_min", l.t_min).SetDouble("t_max", l.t_max);
-    done.SetDouble("t_typical", l.t_typical).SetDouble("t_avg", l.t_avg);
-    done.SetDouble("t_stdev", l.t_stdev).SetDouble("p99", l.p99).SetDouble("p999", l.p999);
-    done.Set("failed_ops", failed);
+    PutLatency(done, l);
     if (absl::Status st = ctl->Send(done); !st.ok()) return st;
     absl::StatusOr<ControlMessage> res = ctl->Receive("round_result", absl::Now() + timeout);
     if (!res.ok()) return res.status();

@@ -144,6 +144,31 @@ bool ControlChannel::Readable() const {
   return poll(&p, 1, 0) > 0;
 }
 
+void PutLatency(ControlMessage& m, const LatResult& r) {
+  m.Set("size", r.size).Set("iterations", r.iterations);
+  m.SetDouble("t_min", r.t_min).SetDouble("t_max", r.t_max).SetDouble("t_typical", r.t_typical);
+  m.SetDouble("t_avg", r.t_avg).SetDouble("t_stdev", r.t_stdev).SetDouble("p99", r.p99);
+  m.SetDouble("p999", r.p999);
+  m.Set("failed_ops", r.failed_ops).Set("data_errors", r.data_errors).Set("verified", r.verified);
+}
+
+LatResult LatencyFrom(const ControlMessage& m, uint64_t size) {
+  LatResult r;
+  r.size = size;
+  r.iterations = m.U64Or("iterations", 0);
+  r.t_min = m.GetDouble("t_min").value_or(0);
+  r.t_max = m.GetDouble("t_max").value_or(0);
+  r.t_typical = m.GetDouble("t_typical").value_or(0);
+  r.t_avg = m.GetDouble("t_avg").value_or(0);
+  r.t_stdev = m.GetDouble("t_stdev").value_or(0);
+  r.p99 = m.GetDouble("p99").value_or(0);
+  r.p999 = m.GetDouble("p999").value_or(0);
+  r.failed_ops = m.U64Or("failed_ops", 0);
+  r.data_errors = m.U64Or("data_errors", 0);
+  r.verified = m.U64Or("verified", 0);
+  return r;
+}
+
 absl::StatusOr<ClientGreeting> AwaitClient(const PerfOptions& options,
                                            const std::function<void()>& ready) {
   const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "0.0.0.0";

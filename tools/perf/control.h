@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "lib/api/exchange_socket.h"
 #include "tools/perf/options.h"
+#include "tools/perf/report.h"
 
 namespace metaroce::perf {
 
@@ -56,6 +57,11 @@ class ControlChannel {
   explicit ControlChannel(api::ExchangeSocket s) : socket_(std::move(s)) {}
   api::ExchangeSocket socket_;
 };
+
+// A latency round's result as it travels to the server in "round_done" (both directions of the
+// same field list, so the two ends never disagree on a name).
+void PutLatency(ControlMessage& m, const LatResult& r);
+LatResult LatencyFrom(const ControlMessage& m, uint64_t size);
 
 // A server's first steps, the same for every test: listen on the control port (-p), call
 // `ready` and say on stderr that it waits, accept one client (interruptible by SIGINT/SIGTERM)

@@ -764,11 +764,7 @@ ControlMessage BwToMessage(const BwResult& r) {
 ControlMessage LatToMessage(const LatResult& r) {
   ControlMessage m;
   m.kind = "round_done";
-  m.Set("size", r.size).Set("iterations", r.iterations);
-  m.SetDouble("t_min", r.t_min).SetDouble("t_max", r.t_max).SetDouble("t_typical", r.t_typical);
-  m.SetDouble("t_avg", r.t_avg).SetDouble("t_stdev", r.t_stdev).SetDouble("p99", r.p99);
-  m.SetDouble("p999", r.p999);
-  m.Set("failed_ops", r.failed_ops).Set("data_errors", r.data_errors).Set("verified", r.verified);
+  PutLatency(m, r);
   return m;
 }
 
@@ -847,19 +843,10 @@ absl::StatusOr<JsonValue> RunStackServer(const PerfOptions& options,
     total_failed += sr.failed_ops + done->U64Or("failed_ops", 0);
     total_errors += sr.data_errors + done->U64Or("data_errors", 0);
     if (latency) {
-      LatResult r;
-      r.size = size;
-      r.iterations = done->U64Or("iterations", 0);
-      r.t_min = done->GetDouble("t_min").value_or(0);
-      r.t_max = done->GetDouble("t_max").value_or(0);
-      r.t_typical = done->GetDouble("t_typical").value_or(0);
-      r.t_avg = done->GetDouble("t_avg").value_or(0);
-      r.t_stdev = done->GetDouble("t_stdev").value_or(0);
-      r.p99 = done->GetDouble("p99").value_or(0);
-      r.p999 = done->GetDouble("p999").value_or(0);
-      r.failed_ops = sr.failed_ops + done->U64Or("failed_ops", 0);
-      r.data_errors = sr.data_errors + done->U64Or("data_errors", 0);
-      r.verified = sr.verified + done->U64Or("verified", 0);
+      LatResult r = LatencyFrom(*done, size);
+      r.failed_ops += sr.failed_ops;
+      r.data_errors += sr.data_errors;
+      r.verified += sr.verified;
       PrintLatRow(r);
       results.Push(ToJson(r));
     } else {
