@@ -155,7 +155,11 @@ absl::Status ExchangeSocket::WaitFor(short events, absl::Time deadline, std::str
       return absl::DeadlineExceededError(absl::StrCat("timed out ", std::string(what)));
     }
     pollfd p{fd_, events, 0};
-    const int ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1000));
+    // At most a second per poll(); an infinite deadline must not overflow into a zero timeout
+    // (which would turn this wait into a busy loop).
+    const int ms = left >= absl::Seconds(1)
+                       ? 1000
+                       : static_cast<int>(absl::ToInt64Milliseconds(left)) + 1;
     const int rc = poll(&p, 1, ms);
     if (rc < 0 && errno != EINTR) return absl::ErrnoToStatus(errno, absl::StrCat("poll ", std::string(what)));
     if (rc > 0) return absl::OkStatus();
