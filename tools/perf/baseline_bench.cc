@@ -431,7 +431,11 @@ absl::StatusOr<JsonValue> RunBaselineServer(const PerfOptions& options,
           if (echo) io.Flush();
           idle = 0;
         } else if (!echo) {
-          IdleWait(idle, /*latency=*/false);
+          // Busy-poll, as the stack's server does (inline engine): on veth the sender's CPU
+          // delivers into this socket, and a receiver that naps when idle pulls the rings'
+          // cache lines less often, which makes that sender ~6 % faster (measured). The ceiling
+          // and the stack must differ only by the protocol, not by the polling policy.
+          IdleWait(idle, /*latency=*/false, /*inline_engine=*/true);
         }
       }
     });
