@@ -156,13 +156,16 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
     }
     return;
   }
-  // [R10] a packet that arrives while a gap exists (even one it fills) is ACKed at once.
-  const bool in_order = d == 0 && path.bitmap.Empty();
+  // [R10] a packet that directly follows the highest PSN received on the path (in order, or
+  // extending the run above a gap the requester already knows of) may wait for a coalesced ACK;
+  // one that opens a gap or fills one is ACKed at once.
+  const uint32_t top = path.bitmap.HighestPlusOne();  // 0: nothing above cum_psn
+  const bool follows_top = static_cast<uint32_t>(d) == (top == 0 ? 0 : top + 1);
   if ((p.flags & wire::flags::kFiller) || IsComplete(p.data.msg_seq)) {
     // [R8] the PSN is new but its data is already here: record the PSN, place nothing.
     if (!(p.flags & wire::flags::kFiller)) ++conn_.counters_.duplicate_request;
     path.MarkReceived(p.psn);
-    AfterAccept(now, p.path_id, p, in_order);
+    AfterAccept(now, p.path_id, p, follows_top);
     return;
   }
   std::byte* dst = nullptr;
@@ -191,7 +194,7 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   ++path.rx_packets;
   ++conn_.counters_.rcvd_pkts;
   path.MarkReceived(p.psn);
-  AfterAccept(now, p.path_id, p, in_order);
+  AfterAccept(now, p.path_id, p, follows_top);
 }
 
 void Receiver::Place(const wire::Packet& p, uint32_t msg_seq, std::span<const std::byte> payload,
@@ -269,12 +272,16 @@ void Receiver::CompleteReceive(uint32_t recv_seq, const Completion& c) {
   }
 }
 
-void Receiver::AfterAccept(Instant now, uint16_t path_id, const wire::Packet& p, bool in_order) {
+void Receiver::AfterAccept(Instant now, uint16_t path_id, const wire::Packet& p,
+                           bool follows_top) {
   ReceiverPath& path = paths_[path_id];
   path.last_psn = p.psn;
   path.seq_nak_sent = false;
-  // [R10] ACK at once when order broke or a gap remains, when asked, or every ack_every packets.
-  if (!in_order || !path.bitmap.Empty() || (p.flags & wire::flags::kAckRequest) ||
+  // [R10] ACK at once when the packet opened or filled a gap, when asked, or every ack_every
+  // packets. Packets arriving above a gap already reported are coalesced like in-order ones:
+  // the requester learnt of the gap from the first ACK, and acking each of them (one ACK per
+  // packet for a whole RTT after every loss) cost the peer more CPU than the loss itself.
+  if (!follows_top || (p.flags & wire::flags::kAckRequest) ||
       ++path.unacked_in_order >= cfg_.ack_every) {
     SendAck(now, path_id, p.psn, 0);
   } else if (path.ack_deadline == kNever) {

@@ -86,7 +86,7 @@ class Receiver {
   void CompleteReceive(uint32_t recv_seq, const Completion& c);
   void SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint16_t flags,
                wire::Syndrome syndrome = wire::Syndrome::kAck, uint32_t msg_seq = 0);
-  void AfterAccept(Instant now, uint16_t path_id, const wire::Packet& p, bool in_order);
+  void AfterAccept(Instant now, uint16_t path_id, const wire::Packet& p, bool follows_top);
   // Reorder-buffer placement [B2].
   bool Buffer(const wire::Packet& p, std::byte* dst);
   void DrainReorderBuffer();

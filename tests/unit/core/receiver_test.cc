@@ -264,8 +264,8 @@ TEST(Receiver_AckPolicy, OutOfOrderAcksAtOnceWithTheSackBits) {
   EXPECT_EQ(r.conn.NextDeadline(), kNever);
 }
 
-// paths-and-recovery.md §3.3 rule 1: ACK at once if the bitmap "was non-empty before the packet
-// or is non-empty after it (out of order: a gap exists or was just filled)".
+// paths-and-recovery.md §3.3 rule 1: ACK at once if the packet does not directly follow the
+// highest PSN received (it opened a gap or filled one).
 TEST(Receiver_AckPolicy, FillingTheLastGapAcksAtOnce) {
   Responder r;
   const uint32_t len = 4 * kMtu;
@@ -273,6 +273,26 @@ TEST(Receiver_AckPolicy, FillingTheLastGapAcksAtOnce) {
   EXPECT_THAT(r.Log(), ElementsAre("path 0 ACK cum 0 ack_psn 1 sack 1"));
   r.Feed(At(1 * kUs), r.Write(0, 0, 0, 0, len));  // fills the gap; the bitmap is now empty
   EXPECT_THAT(r.Log(), ElementsAre("path 0 ACK cum 2 ack_psn 0"));
+}
+
+// §3.3: once an ACK reported a gap, packets extending the run above it count toward ack_every
+// like in-order ones; filling the gap is ACKed at once.
+TEST(Receiver_AckPolicy, PacketsAboveAReportedGapAreCoalesced) {
+  ConnectionConfig c = ResponderConfig();
+  c.ack_every = 3;
+  Responder r(c);
+  const uint32_t len = 8 * kMtu;
+  r.Feed(At(0 * kUs), r.Write(0, 1, 0, 1024, len));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 ACK cum 0 ack_psn 1 sack 1"));  // opens the gap
+  r.Feed(At(1 * kUs), r.Write(0, 2, 0, 2048, len));
+  r.Feed(At(1 * kUs), r.Write(0, 3, 0, 3072, len));
+  EXPECT_THAT(r.Log(), IsEmpty());
+  r.Feed(At(2 * kUs), r.Write(0, 4, 0, 4096, len));  // the third since the last ACK
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 ACK cum 0 ack_psn 4 sack 1 2 3 4"));
+  r.Feed(At(3 * kUs), r.Write(0, 6, 0, 6144, len));  // skips PSN 5: a new gap
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 ACK cum 0 ack_psn 6 sack 1 2 3 4 6"));
+  r.Feed(At(4 * kUs), r.Write(0, 0, 0, 0, len));     // fills the first gap
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 ACK cum 5 ack_psn 0 sack 6"));
 }
 
 TEST(Receiver_AckPolicy, AckRequestAcksAtOnce) {
@@ -563,7 +583,7 @@ TEST(Receiver_ReorderBuffer, HoldsOutOfOrderPlacesWhenTheGapFillsDropsWhenFull) 
   r.Feed(At(0 * kUs), r.Write(0, 1, 0, 1024, len));
   EXPECT_THAT(r.Log(), ElementsAre("path 0 ACK cum 0 ack_psn 1 sack 1"));  // held and accepted
   r.Feed(At(0 * kUs), r.Write(0, 2, 0, 2048, len));
-  EXPECT_THAT(r.Log(), ElementsAre("path 0 ACK cum 0 ack_psn 2 sack 1 2"));
+  EXPECT_THAT(r.Log(), IsEmpty());  // above the gap already reported: coalesced ([R10])
   EXPECT_TRUE(r.Untouched());  // nothing placed before the placement point
   r.Feed(At(0 * kUs), r.Write(0, 3, 0, 3072, len));  // the buffer is full: dropped
   EXPECT_THAT(r.Log(), IsEmpty());
