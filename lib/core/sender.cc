@@ -276,11 +276,15 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
     if (ConsumesReceive(wr.opcode)) p.data.recv_seq = m->recv_seq;
     if (wire::CarriesImm(p.opcode)) p.data.imm = wr.imm;
     if (e.bytes > 0) payload = std::span<const std::byte>(m->src + p.data.offset, e.bytes);
-    // [R3] ask for an ACK at once on a message's last packet and when the window is full.
+    // [R3] ask for an ACK at once on a message's last packet, and when the window is full
+    // unless an earlier such request is still unanswered: an ACK-clocked sender fills its window
+    // after every ACK, and asking each time made the responder ACK every few packets.
     const bool last = e.ref.index + 1 == m->packets;
     const bool window_full = path.inflight_bytes + cfg_.mtu > Window(path) ||
                              path.outstanding() >= wire::kSackBits;
-    if (last || window_full || retransmission) p.flags |= wire::flags::kAckRequest;
+    const bool ask_for_room = window_full && path.delivered_order >= path.ack_request_order;
+    if (ask_for_room) path.ack_request_order = e.last_tx_order;
+    if (last || ask_for_room || retransmission) p.flags |= wire::flags::kAckRequest;
   }
   if (retransmission) p.flags |= wire::flags::kRetransmit;
   p.payload = payload;

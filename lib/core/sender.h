@@ -74,6 +74,7 @@ struct SenderPath {
   std::array<SentPacket, wire::kSackBits> ring;  // PSNs [snd_una, next_psn), indexed psn % 256
   uint64_t tx_order = 0;                 // transmissions made on this path
   uint64_t delivered_order = 0;          // highest transmission known to have arrived [R4]
+  uint64_t ack_request_order = 0;        // last transmission that asked for an ACK as the window filled
   uint32_t inflight_bytes = 0;
   uint32_t last_ce_count = 0;  // highest cumulative CE count echoed so far
   uint32_t window_hint = 0;

@@ -231,15 +231,23 @@ TEST(Sender_Cwnd, LimitsBytesInFlightPerPath) {
     EXPECT_EQ(r.conn.path_stats(p).cwnd_bytes, 4096u);
   }
   // Two packets acknowledged: in slow start cwnd grows by the 2048 bytes to 6144; with 2048
-  // still in flight, four more fit, the last one filling the window.
+  // still in flight, four more fit, the last one filling the window. PSN 3 asked for an ACK
+  // that has not come yet, so PSN 7 does not ask again ([R3]).
   r.Feed(At(10 * kUs), Requester::Ack(0, 2, 1));
   EXPECT_EQ(r.conn.path_stats(0).cwnd_bytes, 6144u);
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 4 msg 0 off 8192 len 1024",
                                    "path 0 WRITE psn 5 msg 0 off 9216 len 1024",
                                    "path 0 WRITE psn 6 msg 0 off 10240 len 1024",
-                                   "path 0 WRITE psn 7 msg 0 off 11264 len 1024 ACK_REQ"));
+                                   "path 0 WRITE psn 7 msg 0 off 11264 len 1024"));
   EXPECT_EQ(r.conn.path_stats(0).inflight_bytes, 6144u);
   EXPECT_EQ(r.conn.path_stats(1).inflight_bytes, 4096u);
+  // The ACK for PSN 3 answers that request: the next fill asks again.
+  r.Feed(At(11 * kUs), Requester::Ack(0, 4, 3));
+  EXPECT_EQ(r.conn.path_stats(0).cwnd_bytes, 8192u);
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 8 msg 0 off 12288 len 1024",
+                                   "path 0 WRITE psn 9 msg 0 off 13312 len 1024",
+                                   "path 0 WRITE psn 10 msg 0 off 14336 len 1024",
+                                   "path 0 WRITE psn 11 msg 0 off 15360 len 1024 ACK_REQ"));
 }
 
 TEST(Sender_Cwnd, AnEmptyPathMaySendOnePacketLargerThanItsWindow) {
