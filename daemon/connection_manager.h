@@ -1,0 +1,117 @@
+// Connections between daemons: `conn.add`, `conn.del`, `conn.show` (docs/control-protocol.md).
+//
+// Each daemon listens on its TCP control port for peer daemons. conn.add connects to the peer's
+// control port and runs lib/api's parameter exchange (addresses, paths and their initial source
+// ports, planes, MTU, initial PSNs, tokens, and, in the private data, the daemon's identity and
+// the memory regions it advertises); the peer's listener thread accepts it. Both sides then hold
+// the connection in their tables under their own ids. The TCP socket of the exchange is kept
+// open as the pair's liveness channel: a peer daemon that goes away (EOF, reset, or no heartbeat
+// for `dead_peer_timeout`) fails the connection, which flushes its outstanding work with
+// WR_FLUSH_ERR; conn.del sends a goodbye on it so that the peer tears its side down too.
+//
+// Limits (max connections, max paths per connection) refuse with resource_exhausted and say
+// which limit and its value.
+//
+// Threading: every public method is safe from any thread (the control server's thread calls the
+// handlers; the listener and liveness threads are internal). Stop() joins them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "lib/api/context.h"
+#include "lib/control/json.h"
+
+namespace metaroce::daemon {
+
+struct ConnectionLimits {
+  uint32_t max_connections = 4096;
+  uint16_t max_paths = 256;
+};
+
+struct ConnectionManagerOptions {
+  uint16_t control_port = 4793;           // TCP, for peer daemons
+  std::string bind_address = "0.0.0.0";
+  ConnectionLimits limits;
+  absl::Duration exchange_timeout = absl::Seconds(5);
+  absl::Duration heartbeat = absl::Milliseconds(500);
+  absl::Duration dead_peer_timeout = absl::Seconds(3);
+  absl::Time started = absl::Now();       // for created_s
+  // Protocol tunables of every connection made from now on (PathPolicy::Apply over HostTuning).
+  core::ConnectionConfig tuning = api::HostTuning();
+};
+
+// One connection the daemon holds.
+struct ManagedConnection {
+  uint32_t id = 0;
+  std::string peer;                       // the peer daemon's address as given / seen
+  uint32_t peer_id = 0;
+  uint16_t paths = 0;
+  std::vector<int> planes;
+  std::string profile;
+  double created_s = 0;
+  std::unique_ptr<api::Connection> conn;
+  std::unique_ptr<api::CompletionQueue> cq;
+  int liveness_fd = -1;                   // the exchange's TCP socket, kept open
+  absl::Time last_heard;
+};
+
+class ConnectionManager {
+ public:
+  ConnectionManager(api::Context& context, ConnectionManagerOptions options);
+  ~ConnectionManager();  // Stop()
+  ConnectionManager(const ConnectionManager&) = delete;
+  ConnectionManager& operator=(const ConnectionManager&) = delete;
+
+  // Opens the control port and starts the listener and liveness threads. FailedPrecondition
+  // naming the port when it is taken.
+  absl::Status Start();
+  // Tears every connection down (goodbye to each peer; outstanding work flushed), joins threads.
+  void Stop();
+
+  // Control methods: params and results as docs/control-protocol.md.
+  absl::StatusOr<control::Json> Add(const control::Json& params);
+  absl::StatusOr<control::Json> Delete(const control::Json& params);
+  absl::StatusOr<control::Json> Show(const control::Json& params);
+
+  // Limits may change on reload (SIGHUP); connections above a lowered limit stay.
+  void SetLimits(const ConnectionLimits& limits);
+  // New tunables (reload): they apply to connections made from then on.
+  void SetTuning(const core::ConnectionConfig& tuning);
+  size_t size() const;
+  uint16_t control_port() const { return bound_port_; }
+
+  // For the path manager: runs `fn` on each connection under the table's lock.
+  template <typename Fn>
+  void ForEach(Fn fn) {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, mc] : table_) fn(*mc);
+  }
+  // The connection with this id, or nullptr; valid while the caller holds no expectation past
+  // the next Delete (the control server serializes handlers).
+  api::Connection* Find(uint32_t id);
+
+ private:
+  control::Json Describe(const ManagedConnection& mc);
+  void ListenLoop();
+  void LivenessLoop();
+
+  api::Context& context_;
+  ConnectionManagerOptions options_;
+  uint16_t bound_port_ = 0;
+  mutable absl::Mutex mu_;
+  std::map<uint32_t, std::unique_ptr<ManagedConnection>> table_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<api::Listener> listener_;
+  std::atomic<bool> stop_{false};
+  std::thread listen_thread_, liveness_thread_;
+};
+
+}  // namespace metaroce::daemon
