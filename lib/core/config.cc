@@ -48,6 +48,9 @@ absl::Status ConnectionConfig::Validate() const {
     return bad("min_probe_timeout and initial_rtt must be positive");
   }
   if (rnr_retry > 7) return bad("rnr_retry must be 0..7 (7: forever)");
+  if (rotation_burst == 0 || !(rotation_rate > 0)) {
+    return bad("rotation_burst must be at least 1 and rotation_rate positive");
+  }
   return absl::OkStatus();
 }
 

@@ -98,6 +98,10 @@ struct ConnectionConfig {
   // No acknowledgement on any path for this long while work is outstanding: RETRY_EXC_ERR.
   Duration no_progress_timeout = std::chrono::milliseconds(100);
   Duration rotation_holddown = std::chrono::microseconds(200);  // per path, between rotations
+  // Connection-wide rate limit on rotations (token bucket, [R7]): at most rotation_burst at
+  // once, refilled at rotation_rate per second; a flapping fabric cannot cause a storm.
+  uint32_t rotation_burst = 16;
+  double rotation_rate = 2000;
   uint32_t probes_to_activate = 1;      // probe replies needed to carry data again
   Duration degraded_hold = std::chrono::milliseconds(5);  // persistent congestion before rotating
   double degraded_ecn_fraction = 0.9;

@@ -153,8 +153,12 @@ class Sender {
   void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);
   void OnPathTimeout(Instant now, SenderPath& path);
   void FailPath(Instant now, SenderPath& path, PathEventReason reason);
-  // Rotates now and returns true, or (within the hold-down) schedules it and returns false.
+  // Rotates now and returns true, or (within the hold-down, or without a token of the rate
+  // limit) schedules it and returns false.
   bool Rotate(Instant now, SenderPath& path, PathEventReason reason);
+  // [R7] the connection's rotation token bucket: refills it up to `now`; the wait until a whole
+  // token is there (0 when one is).
+  Duration RotationTokenWait(Instant now);
   uint32_t Window(const SenderPath& path) const;
   void SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason);
   void ArmPto(Instant now, SenderPath& path);
@@ -175,6 +179,8 @@ class Sender {
   uint16_t rr_cursor_ = 0;
   uint64_t inflight_bytes_ = 0;
   uint64_t rng_state_;
+  double rotation_tokens_ = 0;            // [R7] rate limit; full at the first rotation
+  Instant rotation_tokens_at_ = kNever;   // last refill (kNever: the bucket is untouched)
   Instant last_progress_{0};
   Instant rnr_resume_at_ = kNever;  // earliest end of an RNR pause of some message
   bool failed_ = false;

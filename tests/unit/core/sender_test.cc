@@ -524,11 +524,38 @@ TEST(Sender_Rotation, HoldDownDefersASecondRotation) {
   EXPECT_NE(r.conn.path_stats(1).src_port, port);
 }
 
+// paths-and-recovery.md §8 rate limit: one token bucket per connection, full at start.
+TEST(Sender_Rotation, RateLimitDefersRotationsBeyondTheBurstUntilATokenReturns) {
+  ConnectionConfig c = RequesterConfig(4);
+  c.rotation_burst = 2;
+  c.rotation_rate = 1000;  // one token per millisecond
+  Requester r(c);
+  for (uint16_t p = 0; p < 4; ++p) ASSERT_TRUE(r.conn.RequestRotation(At(0 * kUs), p).ok());
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 PROBE psn 0", "path 1 PROBE psn 0"));
+  EXPECT_EQ(r.conn.path_stats(2).rotations, 0u);
+  EXPECT_EQ(r.conn.path_stats(3).rotations, 0u);
+  // Paths 2 and 3 wait for the first whole token, at 1 ms; the first to go takes it, the other
+  // waits for the next.
+  r.conn.OnTimer(At(999 * kUs));
+  uint64_t rotated = r.conn.path_stats(2).rotations + r.conn.path_stats(3).rotations;
+  EXPECT_EQ(rotated, 0u);
+  r.conn.OnTimer(At(1001 * kUs));
+  rotated = r.conn.path_stats(2).rotations + r.conn.path_stats(3).rotations;
+  EXPECT_EQ(rotated, 1u);
+  r.conn.OnTimer(At(2002 * kUs));
+  rotated = r.conn.path_stats(2).rotations + r.conn.path_stats(3).rotations;
+  EXPECT_EQ(rotated, 2u);
+  for (const PathEvent& e : r.RawEvents()) {
+    if (e.kind == PathEvent::Kind::kPortRotated) EXPECT_EQ(e.reason, PathEventReason::kManual);
+  }
+}
+
 TEST(Sender_Rotation, NewPortIsInRangeAndDiffersFromEveryPathsPort) {
   ConnectionConfig c = RequesterConfig(4);
   c.port_base = 50000;
   c.rotate_port_lo = 50000;
   c.rotate_port_hi = 50009;  // 10 ports for 4 paths: collisions are likely unless avoided
+  c.rotation_rate = 1e6;     // not about the rate limit
   Requester r(c);
   for (int k = 0; k < 60; ++k) {
     const uint16_t path = static_cast<uint16_t>(k % 4);
@@ -557,6 +584,7 @@ TEST(Sender_Rotation, NeverPicksTheDataPort) {
   ConnectionConfig c = RequesterConfig(2);
   c.rotate_port_lo = wire::kDefaultUdpPort - 2;
   c.rotate_port_hi = wire::kDefaultUdpPort + 7;
+  c.rotation_rate = 1e6;  // not about the rate limit
   Requester r(c);
   for (int k = 0; k < 60; ++k) {
     ASSERT_TRUE(r.conn.RequestRotation(At(k * 200 * kUs), static_cast<uint16_t>(k % 2)).ok());
