@@ -51,6 +51,8 @@ absl::StatusOr<ConnectionStats> Connection::Stats() const {
   return engine_.Snapshot(local_.conn_id);
 }
 
+absl::Status Connection::Abort() { return engine_.AbortConnection(local_.conn_id); }
+
 absl::Status Connection::RequestRotation(uint16_t path_id) {
   return engine_.RequestRotation(local_.conn_id, path_id);
 }

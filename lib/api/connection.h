@@ -64,6 +64,9 @@ class Connection {
   absl::StatusOr<ConnectionStats> Stats() const;
   // Operator request: move a path to a new source port now.
   absl::Status RequestRotation(uint16_t path_id);
+  // Gives up on the connection (e.g. its peer is gone): it enters error and every outstanding
+  // request and posted receive completes with WR_FLUSH_ERR on its CQ (ibv_modify_qp to ERR).
+  absl::Status Abort();
 
   // Whether the connection has failed (then every request completes with WR_FLUSH_ERR), and
   // with what status; as last published by the owner worker.

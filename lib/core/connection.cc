@@ -93,6 +93,8 @@ absl::Status Connection::RequestRotation(Instant now, uint16_t path_id) {
   return sender_->RequestRotation(now, path_id);
 }
 
+void Connection::Abort(Instant now) { Fail(now, WcStatus::kWrFlushErr, std::nullopt); }
+
 PathStats Connection::path_stats(uint16_t path_id) const {
   PathStats s = sender_->Stats(path_id);
   s.rx_packets = receiver_->rx_packets(path_id);

@@ -95,6 +95,10 @@ class Connection {
 
   // Operator request: rotate a path's source port now (subject to the hold-down), then probe it.
   absl::Status RequestRotation(Instant now, uint16_t path_id);
+  // The owner gives up on the connection (its peer is known to be gone, or it is being torn
+  // down): it enters kError and every outstanding request and posted receive completes with
+  // WR_FLUSH_ERR; nothing more is sent. No-op when already in error.
+  void Abort(Instant now);
 
   State state() const { return state_; }
   WcStatus error_status() const { return error_status_; }

@@ -194,6 +194,11 @@ absl::Status Engine::RequestRotation(uint32_t conn_id, uint16_t path_id) {
   });
 }
 
+absl::Status Engine::AbortConnection(uint32_t conn_id) {
+  return Call<absl::Status>(OwnerOf(conn_id),
+                            [conn_id](Worker& w) { return w.AbortConnection(conn_id); });
+}
+
 std::vector<WorkerStats> Engine::Stats() {
   std::vector<WorkerStats> out;
   for (int w = 0; w < workers(); ++w) {

@@ -112,6 +112,9 @@ class Engine {
   absl::Status DestroyConnection(uint32_t conn_id);
   absl::StatusOr<ConnectionSnapshot> Snapshot(uint32_t conn_id);
   absl::Status RequestRotation(uint32_t conn_id, uint16_t path_id);
+  // The connection enters error: its outstanding work completes with WR_FLUSH_ERR
+  // (core::Connection::Abort). It stays in the engine until DestroyConnection.
+  absl::Status AbortConnection(uint32_t conn_id);
   std::vector<WorkerStats> Stats();
 
   // Data path: tells the owner of `channel` that its rings have work (cheap when it is awake;

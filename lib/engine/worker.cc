@@ -556,6 +556,13 @@ absl::Status Worker::RequestRotation(uint32_t conn_id, uint16_t path_id) {
   return c->RequestRotation(MonotonicNow(), path_id);
 }
 
+absl::Status Worker::AbortConnection(uint32_t conn_id) {
+  core::Connection* c = endpoint_.Find(conn_id);
+  if (c == nullptr) return absl::NotFoundError(absl::StrCat("no connection ", conn_id));
+  c->Abort(MonotonicNow());
+  return absl::OkStatus();  // the flushed completions go out with this loop's deliveries
+}
+
 WorkerStats Worker::Stats() const {
   WorkerStats s = stats_;
   s.endpoint = endpoint_.counters();

@@ -146,6 +146,7 @@ class Worker {
   absl::StatusOr<ConnectionSnapshot> Snapshot(uint32_t conn_id);
   WorkerStats Stats() const;
   absl::Status RequestRotation(uint32_t conn_id, uint16_t path_id);
+  absl::Status AbortConnection(uint32_t conn_id);
 
  private:
   class PortSink : public core::PacketSink {

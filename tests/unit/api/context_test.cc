@@ -198,6 +198,27 @@ TEST_F(ContextTest, WriteAndSendRoundTrip) {
   EXPECT_FALSE(c.in_error());
 }
 
+TEST_F(ContextTest, AbortFlushesPostedReceivesWithWrFlushErr) {
+  std::vector<std::byte> buf(4096);
+  auto mr = *client->RegisterMemory(buf.data(), buf.size(), access::kLocalWrite);
+  auto [sc, cc] = Pair(Opts(true), Opts(false));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  Connection& c = **cc;
+  ASSERT_TRUE(c.PostRecv(RecvWorkRequest{7, {mr.addr, 4096, mr.lkey}}).ok());
+  ASSERT_TRUE(c.PostRecv(RecvWorkRequest{8, {mr.addr, 4096, mr.lkey}}).ok());
+  ASSERT_TRUE(c.Abort().ok());
+  auto wc = Collect(*ccq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  for (const WorkCompletion& x : wc) EXPECT_EQ(x.status, core::WcStatus::kWrFlushErr);
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (!c.in_error() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  EXPECT_TRUE(c.in_error());
+  EXPECT_EQ(c.error_status(), core::WcStatus::kWrFlushErr);
+}
+
 TEST_F(ContextTest, MismatchIsRefusedOnBothSidesWithReason) {
   ConnectOptions so = Opts(true), co = Opts(false);
   co.path_count = 8;

@@ -401,6 +401,28 @@ TEST(Connection_Paths, AllPathsDeadEndsInRetryExceeded) {
   EXPECT_EQ(h.ca().NextDeadline(), kNever);
 }
 
+TEST(Connection_Abort, FlushesOutstandingSendsAndReceivesAndGoesQuiet) {
+  HostPair h(SmallConfig(2));
+  Buffers b(h, 8192);
+  h.fate = [](const RecordedPacket&, bool, Instant) { return Fate{.drop = true}; };
+  ASSERT_TRUE(h.ca().PostSend(h.now(), Write(b, 1, 0, 4096)).ok());
+  ASSERT_TRUE(h.ca().PostSend(h.now(), Write(b, 2, 4096, 4096)).ok());
+  RecvWorkRequest recv;
+  recv.wr_id = 3;
+  recv.local = {b.src_mr.addr, 1024, b.src_mr.lkey};
+  ASSERT_TRUE(h.ca().PostRecv(h.now(), recv).ok());
+  h.RunFor(std::chrono::microseconds(10));
+  h.ca().Abort(h.now());
+  h.RunFor(std::chrono::microseconds(10));
+  ASSERT_THAT(h.completions_a(), SizeIs(3));
+  for (const Completion& c : h.completions_a()) EXPECT_EQ(c.status, WcStatus::kWrFlushErr);
+  EXPECT_EQ(h.ca().state(), Connection::State::kError);
+  EXPECT_EQ(h.ca().error_status(), WcStatus::kWrFlushErr);
+  EXPECT_EQ(h.ca().NextDeadline(), kNever);
+  h.ca().Abort(h.now());  // again: nothing more
+  EXPECT_THAT(h.completions_a(), SizeIs(3));
+}
+
 TEST(Connection_Paths, OperatorRotationIsObservable) {
   HostPair h(SmallConfig(2));
   const uint16_t before = h.ca().path_stats(1).src_port;
