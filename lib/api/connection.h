@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lib/api/exchange.h"
+#include "lib/api/exchange_socket.h"
 #include "lib/core/path_state.h"
 #include "lib/core/types.h"
 #include "lib/engine/channels.h"
@@ -80,9 +81,13 @@ class Connection {
   const ConnectionParameters& peer_parameters() const { return peer_; }
   // The opaque bytes the peer sent (ConnectOptions::private_data on its side).
   std::span<const std::byte> peer_private_data() const { return peer_.private_data; }
+  // The exchange's TCP socket when ConnectOptions::keep_exchange_socket was set (once; then an
+  // empty socket, fd -1).
+  ExchangeSocket TakeExchangeSocket() { return std::move(exchange_socket_); }
 
  private:
   friend class Context;
+  friend class Listener;
   Connection(engine::Engine& engine, std::shared_ptr<engine::ConnectionChannel> channel,
              ConnectionParameters local, ConnectionParameters peer)
       : engine_(engine), channel_(std::move(channel)), local_(std::move(local)),
@@ -92,6 +97,7 @@ class Connection {
   std::shared_ptr<engine::ConnectionChannel> channel_;
   ConnectionParameters local_;
   ConnectionParameters peer_;
+  ExchangeSocket exchange_socket_;
 };
 
 }  // namespace metaroce::api

@@ -1,5 +1,6 @@
 #include "lib/api/context.h"
 
+#include <poll.h>
 #include <sys/random.h>
 
 #include <algorithm>
@@ -245,13 +246,31 @@ absl::StatusOr<std::unique_ptr<Connection>> Context::Connect(std::string_view ho
   ExchangeMessage confirm;
   confirm.kind = ExchangeKind::kConfirm;
   if (absl::Status s = socket->SendMessage(EncodeExchange(confirm), deadline); !s.ok()) return s;
+  if (options.keep_exchange_socket) (*conn)->exchange_socket_ = *std::move(socket);
   return conn;
 }
 
 absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(const ConnectOptions& options) {
-  const absl::Time deadline = absl::Now() + options.timeout;
-  absl::StatusOr<ConnectionParameters> ours = context_.MakeLocalParameters(options);
-  if (!ours.ok()) return ours.status();
+  // Parameters are checked before a client is taken, so a bad option never costs a client.
+  if (absl::StatusOr<ConnectionParameters> ours = context_.MakeLocalParameters(options);
+      !ours.ok()) {
+    return ours.status();
+  }
+  return Accept([&options](const ConnectionParameters&) { return options; }, options.timeout);
+}
+
+absl::StatusOr<bool> Listener::WaitForClient(absl::Duration timeout) {
+  pollfd p{socket_.fd(), POLLIN, 0};
+  const int ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 0,
+                                                      int64_t{1} << 30));
+  const int rc = poll(&p, 1, ms);
+  if (rc < 0 && errno != EINTR) return absl::ErrnoToStatus(errno, "poll on the listener");
+  return rc > 0;
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(const AcceptDecision& decide,
+                                                             absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
   absl::StatusOr<ExchangeSocket> client = socket_.Accept(deadline);
   if (!client.ok()) return client.status();
   const std::string who = client->peer_name();
@@ -265,6 +284,11 @@ absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(const ConnectOption
                                     "malformed connection exchange: expected a REQUEST"),
                        deadline));
   }
+  absl::StatusOr<ConnectOptions> decided = decide(request->params);
+  if (!decided.ok()) return from(Refuse(*client, decided.status(), deadline));
+  const ConnectOptions& options = *decided;
+  absl::StatusOr<ConnectionParameters> ours = context_.MakeLocalParameters(options);
+  if (!ours.ok()) return from(Refuse(*client, ours.status(), deadline));
   if (absl::Status s = CheckCompatible(*ours, request->params); !s.ok()) {
     return from(Refuse(*client, s, deadline));
   }
@@ -284,6 +308,7 @@ absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(const ConnectOption
   if (confirm->kind != ExchangeKind::kConfirm) {
     return from(absl::InvalidArgumentError("malformed connection exchange: expected a CONFIRM"));
   }
+  if (options.keep_exchange_socket) (*conn)->exchange_socket_ = *std::move(client);
   return conn;
 }
 

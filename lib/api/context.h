@@ -84,7 +84,16 @@ struct ConnectOptions {
   // Protocol tunables (congestion control, timers); identity, path, profile, mtu and queue
   // fields are taken from the exchange instead. Defaults suit a software host (host_tuning.h).
   core::ConnectionConfig tuning = HostTuning();
+  // Keep the exchange's TCP socket open after set-up and hand it to the caller
+  // (Connection::TakeExchangeSocket): a channel beside the connection, e.g. for a daemon's
+  // liveness and teardown messages. Closed with the connection otherwise.
+  bool keep_exchange_socket = false;
 };
+
+// Listener::Accept's way to choose, from the client's request, how to accept it: the options to
+// accept with, or a Status whose message the client is told as the refusal.
+using AcceptDecision =
+    std::function<absl::StatusOr<ConnectOptions>(const ConnectionParameters& request)>;
 
 class Context;
 
@@ -93,6 +102,13 @@ class Listener {
   // Waits for one client (up to options.timeout), runs the exchange and returns the connection.
   // A client whose parameters do not match is refused (it is told why) and the Status says why.
   absl::StatusOr<std::unique_ptr<Connection>> Accept(const ConnectOptions& options);
+  // Same, deciding per request: `decide` sees the client's parameters (path count, profile,
+  // private data...) before anything is created. `timeout` bounds the wait and the exchange.
+  absl::StatusOr<std::unique_ptr<Connection>> Accept(const AcceptDecision& decide,
+                                                     absl::Duration timeout);
+  // Waits up to `timeout` for a client to be pending (then Accept does not wait); false when
+  // none came. For accept loops that must also watch a stop flag.
+  absl::StatusOr<bool> WaitForClient(absl::Duration timeout);
   uint16_t port() const { return socket_.local_port(); }
 
  private:

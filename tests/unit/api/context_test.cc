@@ -219,6 +219,61 @@ TEST_F(ContextTest, AbortFlushesPostedReceivesWithWrFlushErr) {
   EXPECT_EQ(c.error_status(), core::WcStatus::kWrFlushErr);
 }
 
+TEST_F(ContextTest, AcceptDecidesFromTheRequestAndKeepsTheExchangeSocket) {
+  auto waited = listener->WaitForClient(absl::Milliseconds(5));
+  ASSERT_TRUE(waited.ok());
+  EXPECT_FALSE(*waited);  // nobody yet
+  ConnectOptions co = Opts(false);
+  co.path_count = 3;
+  co.keep_exchange_socket = true;
+  uint16_t seen_paths = 0;
+  absl::StatusOr<std::unique_ptr<Connection>> sc;
+  std::thread t([&] {
+    ASSERT_TRUE(*listener->WaitForClient(absl::Seconds(5)));
+    sc = listener->Accept(
+        [&](const ConnectionParameters& request) -> absl::StatusOr<ConnectOptions> {
+          seen_paths = request.path_count;
+          ConnectOptions so = Opts(true);
+          so.path_count = request.path_count;  // whatever the client asks
+          so.keep_exchange_socket = true;
+          return so;
+        },
+        absl::Seconds(5));
+  });
+  auto cc = client->Connect("127.0.0.1", listener->port(), co);
+  t.join();
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  EXPECT_EQ(seen_paths, 3);
+  EXPECT_EQ((*sc)->local_parameters().path_count, 3);
+  // The kept sockets still talk to each other.
+  ExchangeSocket a = (*cc)->TakeExchangeSocket(), b = (*sc)->TakeExchangeSocket();
+  ASSERT_GE(a.fd(), 0);
+  ASSERT_GE(b.fd(), 0);
+  EXPECT_EQ((*cc)->TakeExchangeSocket().fd(), -1);  // once
+  const std::vector<std::byte> hello = {std::byte{'h'}, std::byte{'i'}};
+  ASSERT_TRUE(a.SendMessage(hello, absl::Now() + absl::Seconds(5)).ok());
+  auto got = b.ReceiveMessage(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, hello);
+}
+
+TEST_F(ContextTest, AcceptDecisionRefusalReachesTheClient) {
+  absl::StatusOr<std::unique_ptr<Connection>> sc;
+  std::thread t([&] {
+    sc = listener->Accept(
+        [](const ConnectionParameters&) -> absl::StatusOr<ConnectOptions> {
+          return absl::ResourceExhaustedError("connection limit 0 reached");
+        },
+        absl::Seconds(5));
+  });
+  auto cc = client->Connect("127.0.0.1", listener->port(), Opts(false));
+  t.join();
+  ASSERT_FALSE(sc.ok());
+  ASSERT_FALSE(cc.ok());
+  EXPECT_THAT(std::string(cc.status().message()), ::testing::HasSubstr("connection limit 0"));
+}
+
 TEST_F(ContextTest, MismatchIsRefusedOnBothSidesWithReason) {
   ConnectOptions so = Opts(true), co = Opts(false);
   co.path_count = 8;
