@@ -29,12 +29,21 @@ absl::StatusOr<MemoryRegion> MemoryTable::Register(void* base, uint64_t length, 
   r.lkey = next_key_++;
   // rkeys are distinct from lkeys so that a confused peer cannot use an lkey as an rkey.
   r.rkey = r.lkey ^ 0x5a5a0000u;
-  by_lkey_[r.lkey] = r;
+  by_lkey_[r.lkey] = Entry{r, static_cast<std::byte*>(base)};
   lkey_by_rkey_[r.rkey] = r.lkey;
   return r;
 }
 
 absl::Status MemoryTable::RegisterWithKeys(const MemoryRegion& r) {
+  return Insert(r, reinterpret_cast<std::byte*>(r.addr));
+}
+
+absl::Status MemoryTable::RegisterMapped(const MemoryRegion& r, void* local_base) {
+  if (local_base == nullptr) return absl::InvalidArgumentError("no local mapping");
+  return Insert(r, static_cast<std::byte*>(local_base));
+}
+
+absl::Status MemoryTable::Insert(const MemoryRegion& r, std::byte* local_base) {
   if (r.addr == 0 || r.length == 0) {
     return absl::InvalidArgumentError("memory region must be non-empty and non-null");
   }
@@ -46,7 +55,8 @@ absl::Status MemoryTable::RegisterWithKeys(const MemoryRegion& r) {
   if (by_lkey_.contains(r.lkey) || lkey_by_rkey_.contains(r.rkey)) {
     return absl::AlreadyExistsError("lkey or rkey already registered");
   }
-  by_lkey_[r.lkey] = r;
+  if (r.addr + r.length < r.addr) return absl::InvalidArgumentError("region wraps around");
+  by_lkey_[r.lkey] = Entry{r, local_base};
   lkey_by_rkey_[r.rkey] = r.lkey;
   return absl::OkStatus();
 }
@@ -54,7 +64,7 @@ absl::Status MemoryTable::RegisterWithKeys(const MemoryRegion& r) {
 absl::Status MemoryTable::Deregister(uint32_t lkey) {
   auto it = by_lkey_.find(lkey);
   if (it == by_lkey_.end()) return absl::NotFoundError("no memory region with this lkey");
-  lkey_by_rkey_.erase(it->second.rkey);
+  lkey_by_rkey_.erase(it->second.region.rkey);
   by_lkey_.erase(it);
   return absl::OkStatus();
 }
@@ -63,10 +73,10 @@ AccessError MemoryTable::ResolveLocal(uint32_t lkey, uint64_t addr, uint64_t len
                                       bool need_write, std::byte** out) const {
   auto it = by_lkey_.find(lkey);
   if (it == by_lkey_.end()) return AccessError::kUnknownKey;
-  const MemoryRegion& r = it->second;
+  const MemoryRegion& r = it->second.region;
   if (need_write && !(r.access & access::kLocalWrite)) return AccessError::kNotPermitted;
   if (!InBounds(r, addr, length)) return AccessError::kOutOfBounds;
-  *out = reinterpret_cast<std::byte*>(addr);
+  *out = it->second.local_base + (addr - r.addr);
   return AccessError::kNone;
 }
 
@@ -74,10 +84,11 @@ AccessError MemoryTable::ResolveRemoteWrite(uint32_t rkey, uint64_t addr, uint64
                                             std::byte** out) const {
   auto k = lkey_by_rkey_.find(rkey);
   if (k == lkey_by_rkey_.end()) return AccessError::kUnknownKey;
-  const MemoryRegion& r = by_lkey_.at(k->second);
+  const Entry& e = by_lkey_.at(k->second);
+  const MemoryRegion& r = e.region;
   if (!(r.access & access::kRemoteWrite)) return AccessError::kNotPermitted;
   if (!InBounds(r, addr, length)) return AccessError::kOutOfBounds;
-  *out = reinterpret_cast<std::byte*>(addr);
+  *out = e.local_base + (addr - r.addr);
   return AccessError::kNone;
 }
 

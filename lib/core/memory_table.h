@@ -6,6 +6,11 @@
 // makes goes through Resolve*(), which checks key, bounds and access for the exact byte range and
 // refuses anything else (docs/spec/messages-and-memory.md).
 //
+// A region may also belong to another process (an application attached to a daemon): its
+// addresses are that process's, the ones its work requests and its peers name, while the bytes
+// are mapped here elsewhere (shared memory). RegisterMapped records where; Resolve*() then
+// returns the local address of the same byte.
+//
 // Thread-safety: none; owned by one endpoint and used from its thread only.
 #pragma once
 
@@ -41,6 +46,9 @@ class MemoryTable {
   absl::Status RegisterWithKeys(const MemoryRegion& region);
   // Keys at or above this are never assigned by Register().
   static constexpr uint32_t kFirstCallerKey = 0x80000000u;
+  // As RegisterWithKeys, for a region whose addresses are another process's: `region.addr` is
+  // its first byte there, `local_base` the same byte mapped in this process.
+  absl::Status RegisterMapped(const MemoryRegion& region, void* local_base);
   // The caller must not deregister a region while a posted request or receive still uses it
   // (as with ibv_dereg_mr): the core keeps resolved pointers for outstanding work.
   absl::Status Deregister(uint32_t lkey);
@@ -55,7 +63,13 @@ class MemoryTable {
   size_t size() const { return by_lkey_.size(); }
 
  private:
-  absl::flat_hash_map<uint32_t, MemoryRegion> by_lkey_;
+  struct Entry {
+    MemoryRegion region;
+    std::byte* local_base = nullptr;  // region.addr's byte in this process
+  };
+  absl::Status Insert(const MemoryRegion& region, std::byte* local_base);
+
+  absl::flat_hash_map<uint32_t, Entry> by_lkey_;
   absl::flat_hash_map<uint32_t, uint32_t> lkey_by_rkey_;
   uint32_t next_key_ = 0x100;
 };

@@ -266,3 +266,47 @@ TEST(MemoryTable_RegisterWithKeys, SameKeysResolveAndCollisionsAreRefused) {
 
 }  // namespace
 }  // namespace metaroce::core
+
+namespace metaroce::core {
+namespace {
+
+// A region of another process: its addresses there, its bytes here at another address.
+TEST(MemoryTable_RegisterMapped, ResolvesTheirAddressesToOurMapping) {
+  std::vector<std::byte> here(8192);
+  MemoryTable table;
+  MemoryRegion r;
+  r.addr = 0x7f0000100000;  // where the application sees the region
+  r.length = here.size();
+  r.access = kRemoteRw;
+  r.lkey = MemoryTable::kFirstCallerKey + 1;
+  r.rkey = MemoryTable::kFirstCallerKey + 2;
+  ASSERT_TRUE(table.RegisterMapped(r, here.data()).ok());
+  std::byte* out = nullptr;
+  ASSERT_EQ(table.ResolveLocal(r.lkey, r.addr + 100, 50, true, &out), AccessError::kNone);
+  EXPECT_EQ(out, here.data() + 100);
+  ASSERT_EQ(table.ResolveRemoteWrite(r.rkey, r.addr + 4096, 4096, &out), AccessError::kNone);
+  EXPECT_EQ(out, here.data() + 4096);
+  // Bounds are the application's: our own address of the bytes means nothing to the table.
+  EXPECT_EQ(table.ResolveLocal(r.lkey, AddrOf(here.data()), 1, false, &out),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(r.rkey, r.addr + 8000, 193, &out),
+            AccessError::kOutOfBounds);
+}
+
+TEST(MemoryTable_RegisterMapped, RefusesNoMappingAndWrappingRegions) {
+  std::vector<std::byte> here(64);
+  MemoryTable table;
+  MemoryRegion r;
+  r.addr = 0x1000;
+  r.length = 64;
+  r.access = kLocalRw;
+  r.lkey = MemoryTable::kFirstCallerKey + 1;
+  r.rkey = MemoryTable::kFirstCallerKey + 2;
+  EXPECT_EQ(table.RegisterMapped(r, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  r.addr = UINT64_MAX - 10;
+  EXPECT_EQ(table.RegisterMapped(r, here.data()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.size(), 0u);
+}
+
+}  // namespace
+}  // namespace metaroce::core
