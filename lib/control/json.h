@@ -97,6 +97,7 @@ class Json {
   friend bool operator==(const Json& a, const Json& b);
 
  private:
+  friend class JsonParser;  // json.cc: builds objects member by member, without lookups
   struct RawText {
     std::string text;
     friend bool operator==(const RawText&, const RawText&) = default;

@@ -77,6 +77,7 @@ class LineBuffer {
   size_t max_line_;
   std::string buf_;
   size_t start_ = 0;
+  size_t open_line_ = 0;  // where the line still waiting for its newline begins (>= start_)
 };
 
 // A blocking client of the daemon's control socket.
@@ -105,9 +106,12 @@ class Client {
   Client(int fd, absl::Duration timeout) : fd_(fd), timeout_(timeout) {}
   absl::Status SendLine(const std::string& line, std::span<const int> fds);
   absl::StatusOr<std::string> ReadLine();
+  absl::StatusOr<Json> AwaitResponse(uint64_t id, std::string_view method);
+  absl::Status Explain(const absl::Status& status, std::string_view method) const;
 
   int fd_ = -1;
   absl::Duration timeout_;
+  int64_t deadline_ns_ = 0;  // CLOCK_MONOTONIC: when the call in progress gives up
   uint64_t next_id_ = 1;
   LineBuffer in_;
 };

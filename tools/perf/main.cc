@@ -50,9 +50,11 @@ int Finish(const PerfOptions& o, const absl::StatusOr<JsonValue>& doc) {
   }
   const std::string text = doc->Dump();
   auto count = [&text](const char* key) -> unsigned long {
-    // The summary's counters (the last occurrence of the key is the summary's).
-    const size_t at = text.rfind(std::string("\"") + key + "\": ");
-    return at == std::string::npos ? 0 : std::strtoul(text.c_str() + at + std::strlen(key) + 4, nullptr, 10);
+    // The summary's counters (the last occurrence of the key is the summary's). Compact JSON
+    // has no space after the colon.
+    const std::string quoted = std::string("\"") + key + "\":";
+    const size_t at = text.rfind(quoted);
+    return at == std::string::npos ? 0 : std::strtoul(text.c_str() + at + quoted.size(), nullptr, 10);
   };
   const unsigned long failed = count("failed_ops"), errors = count("data_errors");
   if (failed > 0 || errors > 0) {
