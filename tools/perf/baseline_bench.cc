@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/api/stats_json.h"
 #include "lib/io/packet_port.h"
 #include "lib/wire/packet.h"
 #include "tools/perf/common.h"
@@ -80,7 +81,7 @@ class PortIo final : public DatagramIo {
   std::string description() const override { return ports_[0]->description(); }
   JsonValue Stats() const override {
     JsonValue out = JsonValue::MakeArray();
-    for (const auto& p : ports_) out.Push(PortStatsJson(p->stats(), p->description()));
+    for (const auto& p : ports_) out.Push(api::PortStatsJson(p->stats(), p->description()));
     return out;
   }
 

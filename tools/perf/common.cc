@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "lib/api/stats_json.h"
 #include "lib/core/path_state.h"
 
 namespace metaroce::perf {
@@ -80,62 +81,6 @@ bool CheckPattern(const std::byte* p, size_t size, uint64_t seq, uint32_t qp, ui
   return true;
 }
 
-JsonValue ConnectionJson(const api::ConnectionStats& s) {
-  JsonValue j;
-  j["conn_id"] = s.conn_id;
-  j["owner_worker"] = s.owner;
-  j["state"] = s.state == core::Connection::State::kReady ? "ready" : "error";
-  j["error_status"] = static_cast<int>(s.error_status);
-  j["error_status_name"] = core::StatusName(s.error_status);
-  const core::ConnectionCounters& c = s.counters;
-  JsonValue& k = j["counters"];
-  k["sent_pkts"] = c.sent_pkts;
-  k["rcvd_pkts"] = c.rcvd_pkts;
-  k["retransmits"] = c.retransmits;
-  k["gap_retransmits"] = c.gap_retransmits;
-  k["timeout_retransmits"] = c.timeout_retransmits;
-  k["rerouted_packets"] = c.rerouted_packets;
-  k["duplicate_request"] = c.duplicate_request;
-  k["out_of_window"] = c.out_of_window;
-  k["bad_token"] = c.bad_token;
-  k["bad_path"] = c.bad_path;
-  k["reorder_drops"] = c.reorder_drops;
-  k["seq_err_naks_sent"] = c.seq_err_naks_sent;
-  k["rcvd_rnr_err"] = c.rcvd_rnr_err;
-  k["rnr_naks_sent"] = c.rnr_naks_sent;
-  k["access_naks_sent"] = c.access_naks_sent;
-  k["acks_sent"] = c.acks_sent;
-  k["acks_rcvd"] = c.acks_rcvd;
-  k["probes_sent"] = c.probes_sent;
-  k["retry_exceeded_err"] = c.retry_exceeded_err;
-  k["messages_completed"] = c.messages_completed;
-  k["messages_received"] = c.messages_received;
-  j["outstanding_sends"] = s.outstanding_sends;
-  j["posted_receives"] = s.posted_receives;
-  j["events_dropped"] = s.events_dropped;
-  JsonValue& paths = j["paths"] = JsonValue::MakeArray();
-  for (const core::PathStats& p : s.paths) {
-    JsonValue q;
-    q["path_id"] = p.path_id;
-    q["src_port"] = p.src_port;
-    q["plane"] = p.plane;
-    q["state"] = core::PathStateName(p.state);
-    q["srtt_us"] = std::chrono::duration<double, std::micro>(p.srtt).count();
-    q["min_rtt_us"] = std::chrono::duration<double, std::micro>(p.min_rtt).count();
-    q["cwnd_bytes"] = p.cwnd_bytes;
-    q["tx_packets"] = p.tx_packets;
-    q["tx_bytes"] = p.tx_bytes;
-    q["acked_packets"] = p.acked_packets;
-    q["retransmits"] = p.retransmits;
-    q["timeouts"] = p.timeouts;
-    q["rotations"] = p.rotations;
-    q["ce_marks"] = p.ce_marks;
-    q["rx_packets"] = p.rx_packets;
-    paths.Push(std::move(q));
-  }
-  return j;
-}
-
 JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats) {
   JsonValue out = JsonValue::MakeArray();
   for (const engine::WorkerStats& w : stats) {
@@ -158,7 +103,7 @@ JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats) {
     j["rx_unknown_connection"] = w.endpoint.unknown_connection;
     JsonValue& ports = j["ports"] = JsonValue::MakeArray();
     for (size_t p = 0; p < w.ports.size(); ++p) {
-      JsonValue q = PortStatsJson(
+      JsonValue q = api::PortStatsJson(
           w.ports[p], p < w.port_descriptions.size() ? w.port_descriptions[p] : "");
       q["plane"] = p;
       ports.Push(std::move(q));
@@ -166,24 +111,6 @@ JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats) {
     out.Push(std::move(j));
   }
   return out;
-}
-
-JsonValue PortStatsJson(const io::PortStats& s, std::string_view description) {
-  JsonValue q;
-  q["description"] = std::string(description);
-  q["tx_packets"] = s.tx_packets;
-  q["tx_bytes"] = s.tx_bytes;
-  q["rx_packets"] = s.rx_packets;
-  q["rx_bytes"] = s.rx_bytes;
-  q["tx_ring_full"] = s.tx_ring_full;
-  q["tx_unroutable"] = s.tx_unroutable;
-  q["rx_dropped"] = s.rx_dropped;
-  q["rx_ring_full"] = s.rx_ring_full;
-  q["fill_ring_empty"] = s.fill_ring_empty;
-  q["rx_invalid_descs"] = s.rx_invalid_descs;
-  q["tx_invalid_descs"] = s.tx_invalid_descs;
-  q["rx_kernel_dropped"] = s.rx_kernel_dropped;
-  return q;
 }
 
 JsonValue ConfigJson(const PerfOptions& o, const api::Datapath& dp, uint32_t mtu) {

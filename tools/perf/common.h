@@ -54,9 +54,6 @@ inline void IdleWait(uint32_t& idle, bool latency = true, bool inline_engine = f
   }
 }
 
-JsonValue ConnectionJson(const api::ConnectionStats& s);
-// One packet port's counters (JSON schema: tools/perf/README.md), the same in every test.
-JsonValue PortStatsJson(const io::PortStats& s, std::string_view description);
 JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats);
 JsonValue ConfigJson(const PerfOptions& o, const api::Datapath& dp, uint32_t mtu);
 // The datapath the flags describe (--port-kind, --interface, --local-ip, --udp-port, --workers);

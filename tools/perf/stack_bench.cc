@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/api/stats_json.h"
 #include "lib/api/context.h"
 #include "tools/perf/common.h"
 #include "tools/perf/control.h"
@@ -691,7 +692,7 @@ JsonValue ConnectionsJson(Session& s) {
   JsonValue out = JsonValue::MakeArray();
   for (Qp& q : s.qps) {
     absl::StatusOr<api::ConnectionStats> st = q.conn->Stats();
-    if (st.ok()) out.Push(ConnectionJson(*st));
+    if (st.ok()) out.Push(api::ConnectionStatsJson(*st));
   }
   return out;
 }
