@@ -167,15 +167,56 @@ absl::StatusOr<std::shared_ptr<ConnectionChannel>> Engine::CreateConnection(
     return absl::InvalidArgumentError(absl::StrCat("connection uses ", config.plane_count,
                                                    " planes; the engine has ", options_.planes));
   }
-  const int owner = OwnerOf(config.local_conn_id);
   auto channel = std::make_shared<ConnectionChannel>(
-      config.local_conn_id, owner, config.max_send_queue, config.max_recv_queue,
-      options_.event_depth, std::move(send_cq), std::move(recv_cq));
-  absl::Status s = Call<absl::Status>(owner, [&config, &route, channel](Worker& w) {
+      config.local_conn_id, OwnerOf(config.local_conn_id), config.max_send_queue,
+      config.max_recv_queue, options_.event_depth, std::move(send_cq), std::move(recv_cq));
+  if (absl::Status s = CreateConnectionOnChannel(config, route, channel); !s.ok()) return s;
+  return channel;
+}
+
+absl::Status Engine::CreateConnectionOnChannel(const core::ConnectionConfig& config,
+                                               const PeerRoute& route,
+                                               std::shared_ptr<ConnectionChannel> channel) {
+  if (channel == nullptr || !channel->has_completion_channels()) {
+    return absl::InvalidArgumentError(
+        "a connection needs a channel with a send and a receive completion channel");
+  }
+  if (config.plane_count > options_.planes) {
+    return absl::InvalidArgumentError(absl::StrCat("connection uses ", config.plane_count,
+                                                   " planes; the engine has ", options_.planes));
+  }
+  const int owner = OwnerOf(config.local_conn_id);
+  if (channel->conn_id() != config.local_conn_id || channel->owner() != owner) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "channel is for connection ", channel->conn_id(), " on worker ", channel->owner(),
+        "; the config says connection ", config.local_conn_id, ", owned by worker ", owner));
+  }
+  for (CompletionChannel* cq : {&channel->send_cq(), &channel->recv_cq()}) {
+    if (cq->workers() != workers()) {
+      return absl::InvalidArgumentError(absl::StrCat("completion channel has rings for ",
+                                                     cq->workers(), " workers; the engine has ",
+                                                     workers()));
+    }
+  }
+  return Call<absl::Status>(owner, [&config, &route, channel = std::move(channel)](Worker& w) {
     return w.AddConnection(config, route, channel);
   });
-  if (!s.ok()) return s;
-  return channel;
+}
+
+absl::StatusOr<int> Engine::AddDoorbell(int worker, Doorbell* doorbell) {
+  if (worker < 0 || worker >= workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("no worker ", worker));
+  }
+  return Call<absl::StatusOr<int>>(worker,
+                                   [doorbell](Worker& w) { return w.AddDoorbell(doorbell); });
+}
+
+absl::Status Engine::RemoveDoorbell(int worker, const Doorbell* doorbell) {
+  if (worker < 0 || worker >= workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("no worker ", worker));
+  }
+  return Call<absl::Status>(worker,
+                            [doorbell](Worker& w) { return w.RemoveDoorbell(doorbell); });
 }
 
 absl::Status Engine::DestroyConnection(uint32_t conn_id) {

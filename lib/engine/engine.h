@@ -24,6 +24,11 @@
 // the engine to another thread needs a happens-before, e.g. a join); control methods run on the
 // calling thread at once.
 // Errors: absl::Status; nothing logs.
+//
+// Applications in other processes (the daemon hosting the engine): their channels are placed in
+// memory shared with them (ConnectionChannel/CompletionChannel::PlaceAt, lib/engine/channels.h)
+// and given to the engine with CreateConnectionOnChannel; they wake workers through doorbells
+// of their own (AddDoorbell, lib/engine/doorbell.h).
 #pragma once
 
 #include <atomic>
@@ -100,7 +105,8 @@ class Engine {
   // The caller must not deregister memory that posted work still uses (as ibv_dereg_mr).
   absl::Status DeregisterMemory(uint32_t lkey);
 
-  // A completion channel with `depth` entries per worker.
+  // A completion channel with `depth` entries per worker, in heap memory. A channel in caller
+  // memory: CompletionChannel::PlaceAt(memory, workers(), depth).
   std::shared_ptr<CompletionChannel> CreateCompletionChannel(size_t depth);
 
   // Creates the connection on its owner worker. The config must pass core validation and use
@@ -109,6 +115,12 @@ class Engine {
   absl::StatusOr<std::shared_ptr<ConnectionChannel>> CreateConnection(
       const core::ConnectionConfig& config, const PeerRoute& route,
       std::shared_ptr<CompletionChannel> send_cq, std::shared_ptr<CompletionChannel> recv_cq);
+  // The same, on a channel the caller made (e.g. ConnectionChannel::PlaceAt in memory shared
+  // with an application): its conn_id must be config.local_conn_id, its owner
+  // OwnerOf(local_conn_id), and its completion channels must have workers() rings each.
+  absl::Status CreateConnectionOnChannel(const core::ConnectionConfig& config,
+                                         const PeerRoute& route,
+                                         std::shared_ptr<ConnectionChannel> channel);
   absl::Status DestroyConnection(uint32_t conn_id);
   absl::StatusOr<ConnectionSnapshot> Snapshot(uint32_t conn_id);
   absl::Status RequestRotation(uint32_t conn_id, uint16_t path_id);
@@ -122,6 +134,17 @@ class Engine {
   void Wake(int worker) {
     if (!is_inline()) workers_[worker]->Wake();
   }
+
+  // Worker `worker`'s own wake eventfd (owned by the engine; Worker::wake_fd says to whom it may
+  // be given).
+  int wake_fd(int worker) const { return workers_[worker]->wake_fd(); }
+  // Control path: gives worker `worker` a doorbell in caller memory, typically one per
+  // application and worker, placed with Doorbell::PlaceAt in memory shared with the application.
+  // Returns a socket, owned by the caller, to hand to the application (SCM_RIGHTS) for
+  // RingDoorbell(*doorbell, fd). The memory must stay mapped until RemoveDoorbell returns. See
+  // Worker::AddDoorbell.
+  absl::StatusOr<int> AddDoorbell(int worker, Doorbell* doorbell);
+  absl::Status RemoveDoorbell(int worker, const Doorbell* doorbell);
 
   // Inline mode, driving thread: one iteration of the worker's loop (receive a batch from every
   // port and handoff, post what the application rings hold, fire due timers, deliver

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -96,6 +97,7 @@ Worker::Worker(const WorkerOptions& options, std::vector<std::unique_ptr<io::Pac
 Worker::~Worker() {
   // Connections go before the ports and the sink they reference.
   owned_.clear();
+  for (const AttachedDoorbell& d : doorbells_) close(d.socket);
   close(wake_fd_);
 }
 
@@ -113,9 +115,9 @@ void Worker::Submit(ControlTask task) {
 
 void Worker::Wake() {
   // Pairs with the fence in Sleep(): either the worker sees our ring/queue write before it
-  // sleeps, or we see `sleeping_` and kick the eventfd.
+  // sleeps, or we see its doorbell raised and kick the eventfd (doorbell.h).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (sleeping_.load(std::memory_order_relaxed)) {
+  if (doorbell_.sleeping.load(std::memory_order_relaxed) != 0) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
   }
@@ -362,16 +364,18 @@ size_t Worker::DrainCommands(core::Instant now) {
     // Receives first: they are what lets the peer's sends progress.
     oc.recv_blocked = false;
     for (uint32_t i = 0; i < budget; ++i) {
-      core::RecvWorkRequest* wr = ch.recvs.Front();
-      if (wr == nullptr) break;
-      const absl::Status s = oc.conn->PostRecv(now, *wr);
+      const core::RecvWorkRequest* front = ch.recvs.Front();
+      if (front == nullptr) break;
+      // A copy: the producer may be another process writing the slot while the core checks it.
+      const core::RecvWorkRequest wr = *front;
+      const absl::Status s = oc.conn->PostRecv(now, wr);
       if (absl::IsResourceExhausted(s)) {
         oc.recv_blocked = true;  // stays in the ring until the core has room
         break;
       }
       if (!s.ok()) {
         core::Completion c;
-        c.wr_id = wr->wr_id;
+        c.wr_id = wr.wr_id;
         c.status = RefusalStatus(s);
         c.opcode = core::WcOpcode::kRecv;
         c.conn_id = id;
@@ -383,9 +387,10 @@ size_t Worker::DrainCommands(core::Instant now) {
     }
     oc.send_blocked = false;
     for (uint32_t i = 0; i < budget; ++i) {
-      core::SendWorkRequest* wr = ch.sends.Front();
-      if (wr == nullptr) break;
-      const absl::Status s = oc.conn->PostSend(now, *wr);
+      const core::SendWorkRequest* front = ch.sends.Front();
+      if (front == nullptr) break;
+      const core::SendWorkRequest wr = *front;  // as above
+      const absl::Status s = oc.conn->PostSend(now, wr);
       if (absl::IsResourceExhausted(s)) {
         oc.send_blocked = true;
         break;
@@ -393,9 +398,9 @@ size_t Worker::DrainCommands(core::Instant now) {
       if (!s.ok()) {
         // A refused request always completes, signaled or not, so the application learns why.
         core::Completion c;
-        c.wr_id = wr->wr_id;
+        c.wr_id = wr.wr_id;
         c.status = RefusalStatus(s);
-        c.opcode = (wr->opcode == core::WrOpcode::kSend || wr->opcode == core::WrOpcode::kSendWithImm)
+        c.opcode = (wr.opcode == core::WrOpcode::kSend || wr.opcode == core::WrOpcode::kSendWithImm)
                        ? core::WcOpcode::kSend
                        : core::WcOpcode::kRdmaWrite;
         c.conn_id = id;
@@ -431,7 +436,7 @@ void Worker::DeliverCompletions(OwnedConnection& oc) {
   size_t n;
   while ((n = oc.conn->PollEvents(events)) > 0) {
     for (size_t i = 0; i < n; ++i) {
-      if (!ch.events.TryPush(events[i])) ch.events_dropped.fetch_add(1, std::memory_order_relaxed);
+      if (!ch.events.TryPush(events[i])) ch.CountDroppedEvent();
     }
   }
   const PublishedState now{oc.conn->state() == core::Connection::State::kError,
@@ -460,11 +465,45 @@ bool Worker::HasPendingWork() {
   return false;
 }
 
+void Worker::RaiseDoorbells() {
+  doorbell_.sleeping.store(1, std::memory_order_relaxed);
+  for (const AttachedDoorbell& d : doorbells_) {
+    d.doorbell->sleeping.store(1, std::memory_order_relaxed);
+  }
+}
+
+void Worker::LowerDoorbells() {
+  doorbell_.sleeping.store(0, std::memory_order_relaxed);
+  for (const AttachedDoorbell& d : doorbells_) {
+    d.doorbell->sleeping.store(0, std::memory_order_relaxed);
+  }
+}
+
+// fds[0] is the wake eventfd, fds[1 + i] doorbells_[i]'s socket (-1, not polled, once hung up).
+void Worker::DrainWakeFds(const std::vector<pollfd>& fds) {
+  uint64_t drained;
+  [[maybe_unused]] ssize_t r = read(wake_fd_, &drained, sizeof(drained));
+  for (size_t i = 0; i < doorbells_.size(); ++i) {
+    const short revents = fds[1 + i].revents;
+    if (revents == 0) continue;
+    AttachedDoorbell& d = doorbells_[i];
+    // MSG_DONTWAIT: never blocks, whatever the other end does to its own file. What is left (a
+    // poster that rang more than this) only makes the next ppoll() return at once.
+    std::byte buf[512];
+    const ssize_t n = recv(d.socket, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) ++stats_.doorbell_wakeups;
+    // Closed or shut down by the other side: it would be readable forever, and the worker would
+    // never sleep again.
+    if (n == 0 || (revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) d.hung_up = true;
+  }
+}
+
 void Worker::Sleep() {
-  sleeping_.store(true, std::memory_order_relaxed);
+  // The order that loses no wake-up, in one process or across processes: doorbell.h.
+  RaiseDoorbells();
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (HasPendingWork()) {
-    sleeping_.store(false, std::memory_order_relaxed);
+    LowerDoorbells();
     idle_loops_ = 0;
     return;
   }
@@ -476,8 +515,11 @@ void Worker::Sleep() {
   for (auto& [id, oc] : owned_) pending = pending || oc.completions_pending;
   if (pending) timeout = std::min(timeout, kPendingSleep);
   std::vector<pollfd> fds;
-  fds.reserve(ports_.size() + 1);
+  fds.reserve(1 + doorbells_.size() + ports_.size());
   fds.push_back({wake_fd_, POLLIN, 0});
+  for (const AttachedDoorbell& d : doorbells_) {
+    fds.push_back({d.hung_up ? -1 : d.socket, POLLIN, 0});  // ppoll() skips negative fds
+  }
   for (const auto& p : ports_) {
     const int fd = p->wait_fd();
     if (fd < 0) {
@@ -491,11 +533,12 @@ void Worker::Sleep() {
     ++stats_.sleeps;
     timespec ts{static_cast<time_t>(timeout.count() / 1'000'000'000),
                 static_cast<long>(timeout.count() % 1'000'000'000)};
-    ppoll(fds.data(), fds.size(), &ts, nullptr);
+    if (ppoll(fds.data(), fds.size(), &ts, nullptr) <= 0) {
+      for (pollfd& f : fds) f.revents = 0;  // a timeout or a signal: nothing to count
+    }
   }
-  sleeping_.store(false, std::memory_order_relaxed);
-  uint64_t drained;
-  [[maybe_unused]] ssize_t r = read(wake_fd_, &drained, sizeof(drained));
+  LowerDoorbells();
+  DrainWakeFds(fds);
   idle_loops_ = 0;
 }
 
@@ -546,7 +589,7 @@ absl::StatusOr<ConnectionSnapshot> Worker::Snapshot(uint32_t conn_id) {
   for (uint16_t p = 0; p < c.path_count(); ++p) s.paths.push_back(c.path_stats(p));
   s.outstanding_sends = c.outstanding_sends();
   s.posted_receives = c.posted_receives();
-  s.events_dropped = it->second.channel->events_dropped.load(std::memory_order_relaxed);
+  s.events_dropped = it->second.channel->events_dropped();
   return s;
 }
 
@@ -561,6 +604,37 @@ absl::Status Worker::AbortConnection(uint32_t conn_id) {
   if (c == nullptr) return absl::NotFoundError(absl::StrCat("no connection ", conn_id));
   c->Abort(MonotonicNow());
   return absl::OkStatus();  // the flushed completions go out with this loop's deliveries
+}
+
+absl::StatusOr<int> Worker::AddDoorbell(Doorbell* doorbell) {
+  if (doorbell == nullptr) return absl::InvalidArgumentError("null doorbell");
+  for (const AttachedDoorbell& d : doorbells_) {
+    if (d.doorbell == doorbell) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("this doorbell is already attached to worker ", options_.id));
+    }
+  }
+  int ends[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, ends) != 0) {
+    return absl::ErrnoToStatus(errno, "socket pair for a doorbell (too many open files? raise "
+                                      "RLIMIT_NOFILE)");
+  }
+  doorbells_.push_back({doorbell, ends[0]});
+  ++stats_.doorbells;
+  return ends[1];
+}
+
+absl::Status Worker::RemoveDoorbell(const Doorbell* doorbell) {
+  auto it = std::find_if(doorbells_.begin(), doorbells_.end(),
+                         [doorbell](const AttachedDoorbell& d) { return d.doorbell == doorbell; });
+  if (it == doorbells_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("this doorbell is not attached to worker ", options_.id));
+  }
+  close(it->socket);
+  doorbells_.erase(it);
+  --stats_.doorbells;
+  return absl::OkStatus();
 }
 
 WorkerStats Worker::Stats() const {

@@ -16,9 +16,13 @@
 // and the control tasks it runs between iterations. In the engine's inline mode the owner thread
 // is the application thread that calls RunOnce() (through Engine::Poll) and the control methods
 // (through Engine::Call). Submit() and Wake() are safe from any thread.
+// Wake-ups (lib/engine/doorbell.h): the worker's own doorbell and eventfd (Wake()), plus one
+// doorbell per attached application (AddDoorbell), all raised while the worker sleeps.
 // No lock is taken on the data path; the control queue has a mutex, checked through an atomic
 // flag so that an idle control path costs one load per loop.
 #pragma once
+
+#include <poll.h>
 
 #include <atomic>
 #include <cstdint>
@@ -35,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lib/core/endpoint.h"
 #include "lib/engine/channels.h"
+#include "lib/engine/doorbell.h"
 #include "lib/engine/handoff.h"
 #include "lib/io/packet_port.h"
 
@@ -84,6 +89,8 @@ struct WorkerStats {
   uint64_t tx_no_route = 0;          // no route for (connection, plane): a bug if non-zero
   uint64_t commands_refused = 0;     // work requests the core refused (error completion sent)
   uint64_t completions = 0;          // delivered to completion rings
+  uint64_t doorbell_wakeups = 0;     // sleeps ended by an application's doorbell (AddDoorbell)
+  uint64_t doorbells = 0;            // application doorbells attached now
   uint64_t connections = 0;
   core::EndpointCounters endpoint;
   std::vector<io::PortStats> ports;  // per plane
@@ -133,10 +140,17 @@ class Worker {
 
   // Any thread: queues a control task, run by the owner thread between loop iterations.
   void Submit(ControlTask task);
-  // Any thread: makes a sleeping worker run its loop again.
+  // Any thread: makes a sleeping worker run its loop again (as RingDoorbell(doorbell(),
+  // wake_fd()) does).
   void Wake();
 
   int id() const { return options_.id; }
+  // The worker's own doorbell and wake eventfd (non-blocking; owned by the worker). Wake() rings
+  // them; anyone in this process may. Hand the eventfd only to trusted processes: whoever holds
+  // it can also read it (stealing wake-ups) and clear its O_NONBLOCK; give applications
+  // doorbells of their own (AddDoorbell) instead.
+  const Doorbell& doorbell() const { return doorbell_; }
+  int wake_fd() const { return wake_fd_; }
 
   // ---- Owner thread only (control tasks) ----
   core::Endpoint& endpoint() { return endpoint_; }
@@ -147,6 +161,16 @@ class Worker {
   WorkerStats Stats() const;
   absl::Status RequestRotation(uint32_t conn_id, uint16_t path_id);
   absl::Status AbortConnection(uint32_t conn_id);
+  // Attaches a doorbell in caller memory (e.g. shared with one application): from now on the
+  // worker raises it whenever it sleeps, and wakes when the returned fd is written. Returns one
+  // end of a non-blocking AF_UNIX stream socket pair, owned by the caller (RingDoorbell(*doorbell,
+  // fd); pass it to the application, then close it); the worker keeps the other end until
+  // RemoveDoorbell, and stops waiting on it once the caller's end is closed everywhere (hung up).
+  // `doorbell` must stay mapped until RemoveDoorbell returns. Fails if it is already attached or
+  // the sockets cannot be created.
+  absl::StatusOr<int> AddDoorbell(Doorbell* doorbell);
+  // Detaches it and closes the worker's end (RingDoorbell on the other end then fails silently).
+  absl::Status RemoveDoorbell(const Doorbell* doorbell);
 
  private:
   class PortSink : public core::PacketSink {
@@ -165,6 +189,11 @@ class Worker {
     uint16_t src_port = 0, dst_port = 0;
     uint8_t plane = 0;
     io::TxPacket View() const;
+  };
+  struct AttachedDoorbell {
+    Doorbell* doorbell = nullptr;
+    int socket = -1;       // the worker's end, non-blocking
+    bool hung_up = false;  // the other end is closed: not waited on any more
   };
   struct OwnedConnection {
     core::Connection* conn = nullptr;
@@ -199,6 +228,9 @@ class Worker {
   void FlushPorts();
   bool HasPendingWork();
   void Sleep();
+  void RaiseDoorbells();
+  void LowerDoorbells();
+  void DrainWakeFds(const std::vector<pollfd>& fds);
   void Dispatch(core::Instant now, std::span<const std::byte> datagram, const core::RxMeta& meta);
   void Emit(uint8_t plane, const io::TxPacket& packet);
   void Backlog(uint8_t plane, const io::TxPacket& packet);
@@ -222,7 +254,8 @@ class Worker {
   std::vector<HandoffChannel*> handoff_to_, handoff_from_;
   std::vector<Worker*> all_;
   ControlQueue control_;
-  std::atomic<bool> sleeping_{false};
+  std::vector<AttachedDoorbell> doorbells_;  // owner thread
+  Doorbell doorbell_;  // alignas(kCacheLineBytes): read by every poster, written on sleep only
   uint32_t idle_loops_ = 0;
   WorkerStats stats_;
 };
