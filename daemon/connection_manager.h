@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,21 +48,23 @@ struct ConnectionManagerOptions {
   absl::Time started = absl::Now();       // for created_s
   // Protocol tunables of every connection made from now on (PathPolicy::Apply over HostTuning).
   core::ConnectionConfig tuning = api::HostTuning();
+  // One line per connection made, refused, lost or torn down (the daemon's log).
+  std::function<void(std::string_view)> log = [](std::string_view) {};
 };
 
 // One connection the daemon holds.
 struct ManagedConnection {
   uint32_t id = 0;
-  std::string peer;                       // the peer daemon's address as given / seen
+  std::string peer;                       // the peer daemon's address (no port)
   uint32_t peer_id = 0;
   uint16_t paths = 0;
   std::vector<int> planes;
   std::string profile;
   double created_s = 0;
   std::unique_ptr<api::Connection> conn;
-  std::unique_ptr<api::CompletionQueue> cq;
-  int liveness_fd = -1;                   // the exchange's TCP socket, kept open
+  api::ExchangeSocket link;               // the exchange's TCP socket, kept: liveness, goodbye
   absl::Time last_heard;
+  std::string gone;                       // why the peer is considered gone (empty: it is not)
 };
 
 class ConnectionManager {
@@ -103,12 +106,22 @@ class ConnectionManager {
   control::Json Describe(const ManagedConnection& mc);
   void ListenLoop();
   void LivenessLoop();
+  absl::StatusOr<api::ConnectOptions> Decide(const api::ConnectionParameters& request);
+  // Records a connection made by either side with its link (the kept exchange socket).
+  control::Json Insert(std::unique_ptr<api::Connection> conn, std::string peer,
+                       api::ExchangeSocket link);
+  // The peer is gone: abort (outstanding work flushes) and close the link; the entry stays, in
+  // error, until conn.del.
+  void MarkGone(ManagedConnection& mc, std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ServeLinks(absl::Duration wait);
+  void SendHeartbeats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   api::Context& context_;
   ConnectionManagerOptions options_;
   uint16_t bound_port_ = 0;
   mutable absl::Mutex mu_;
   std::map<uint32_t, std::unique_ptr<ManagedConnection>> table_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<api::CompletionQueue> cq_;  // shared: daemon-made connections post no work
   std::unique_ptr<api::Listener> listener_;
   std::atomic<bool> stop_{false};
   std::thread listen_thread_, liveness_thread_;

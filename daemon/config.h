@@ -1,0 +1,125 @@
+// metaroced's configuration: an INI file (/etc/metaroce/metaroced.conf by default) with command-
+// line overrides, and what a reload (SIGHUP) changes.
+//
+//   [daemon]  interfaces, local_ips, port_kind, udp_port, control_port, control_bind, socket,
+//             socket_group, workers, cpus, log_format
+//   [limits]  max_connections, max_paths, max_memory
+//   [paths]   rotation_holddown_ms, degraded_hold_ms, rotations_per_second, rotation_burst
+//
+// Every key, its default and whether a reload applies it: daemon/metaroced.conf and
+// daemon/README.md. Syntax: `key = value` lines under `[section]` headers; `#` and `;` start a
+// comment at the start of a line or after whitespace; blank lines are ignored; a value may be
+// wrapped in double quotes. Unknown sections and keys, repeated keys and bad values are errors.
+//
+// Loading never stops at the first error: LoadConfig returns every error, each one line naming
+// where it is ("FILE:LINE: KEY: what is wrong" or "--flag: ..."), so that --check-config can
+// print them all. A file with any error is refused as a whole (a reload keeps the running
+// configuration).
+//
+// Reload: DiffConfig lists the keys whose values differ; limits, paths and log_format are
+// reloadable (ApplyReloadable takes them), the other keys need a restart.
+//
+// Threading: plain values and pure functions (LoadConfig reads the file and the group database).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+namespace metaroce::daemon {
+
+inline constexpr absl::string_view kDefaultConfigPath = "/etc/metaroce/metaroced.conf";
+
+enum class PortKindSetting : uint8_t { kAfXdp, kUdp };
+enum class LogFormat : uint8_t { kText, kJson };
+absl::string_view PortKindSettingName(PortKindSetting kind);  // "af_xdp", "udp"
+absl::string_view LogFormatName(LogFormat format);            // "text", "json"
+
+// [daemon]: what the daemon runs on. Only log_format is reloadable.
+struct DaemonSettings {
+  std::vector<std::string> interfaces;  // one per plane; required
+  std::vector<std::string> local_ips;   // empty, or one per interface
+  PortKindSetting port_kind = PortKindSetting::kAfXdp;
+  uint16_t udp_port = 4792;
+  uint16_t control_port = 4793;         // 0: any free port (daemon.show reports it)
+  std::string control_bind = "0.0.0.0";
+  std::string socket = "/run/metaroce/metaroced.sock";
+  std::string socket_group;             // empty: root and the daemon's uid only
+  int workers = 1;
+  std::vector<int> cpus;                // worker i on cpus[i % size]; empty: not pinned
+  LogFormat log_format = LogFormat::kText;
+};
+
+// [limits]: reloadable.
+struct LimitSettings {
+  uint32_t max_connections = 4096;
+  uint16_t max_paths = 256;
+  uint64_t max_memory_bytes = uint64_t{1} << 30;
+};
+
+// [paths]: the path manager's policy; reloadable (new connections take it).
+struct PathSettings {
+  uint32_t rotation_holddown_ms = 5;
+  uint32_t degraded_hold_ms = 50;
+  double rotations_per_second = 50;
+  uint32_t rotation_burst = 8;
+};
+
+struct Config {
+  std::string path;  // the file read; empty when none was (the default file is missing)
+  DaemonSettings daemon;
+  LimitSettings limits;
+  PathSettings paths;
+};
+
+// One command-line flag that sets a config key, e.g. {"--workers", "workers", "2"}.
+struct ConfigOverride {
+  std::string flag;
+  std::string key;
+  std::string value;
+};
+
+struct ConfigSource {
+  std::string path = std::string(kDefaultConfigPath);
+  bool path_required = false;  // --config given: a missing file is an error
+  std::vector<ConfigOverride> overrides;  // applied after the file, in order
+};
+
+struct LoadedConfig {
+  Config config;
+  std::vector<std::string> errors;  // one line each; empty: config is valid
+  bool ok() const { return errors.empty(); }
+};
+
+// Reads the file (when present), applies the overrides, then checks the whole (interfaces given,
+// one local IP per interface). `source.path` names the file in messages as given.
+LoadedConfig LoadConfig(const ConfigSource& source);
+// The same over text already read (`origin` is the file name used in messages).
+LoadedConfig ParseConfigText(absl::string_view text, absl::string_view origin,
+                             const std::vector<ConfigOverride>& overrides = {});
+
+// A key whose value differs between two configs.
+struct ConfigChange {
+  std::string key;   // e.g. "interfaces", "max_connections"
+  std::string from;  // values as written in the file (lists comma-separated)
+  std::string to;
+  bool reloadable = false;
+};
+std::vector<ConfigChange> DiffConfig(const Config& running, const Config& next);
+// `running` with the reloadable keys of `next` (and next's path).
+Config ApplyReloadable(const Config& running, const Config& next);
+
+// Every key with its section, default value, and whether a reload applies it (documentation and
+// tests).
+struct ConfigKeyInfo {
+  absl::string_view section;
+  absl::string_view key;
+  bool reloadable;
+};
+std::vector<ConfigKeyInfo> ConfigKeys();
+// The value of `key` in `config`, formatted as in the file; empty for an unknown key.
+std::string FormatConfigValue(const Config& config, absl::string_view key);
+
+}  // namespace metaroce::daemon

@@ -1,0 +1,477 @@
+#include "daemon/connection_manager.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/params.h"
+#include "lib/api/stats_json.h"
+#include "lib/core/types.h"
+
+namespace metaroce::daemon {
+namespace {
+
+using control::Json;
+
+// Messages on a connection's link (the exchange's TCP socket, kept open).
+constexpr std::string_view kHeartbeat = "heartbeat";
+constexpr std::string_view kGoodbye = "goodbye";
+constexpr std::string_view kDaemonKind = "metaroced";
+// A link operation never blocks the table for longer than this.
+constexpr absl::Duration kLinkIo = absl::Milliseconds(100);
+
+std::vector<std::byte> Bytes(std::string_view s) {
+  std::vector<std::byte> v(s.size());
+  std::memcpy(v.data(), s.data(), s.size());
+  return v;
+}
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+// What a daemon tells its peer in the exchange's private data: who it is, and the memory
+// regions the connection's owner advertises (none for connections mrctl makes).
+std::vector<std::byte> DaemonPrivateData() {
+  Json j = Json::MakeObject();
+  j["kind"] = kDaemonKind;
+  j["version"] = 1;
+  j["host"] = HostName();
+  j["pid"] = static_cast<int64_t>(getpid());
+  j["regions"] = Json::MakeArray();
+  return Bytes(j.Dump());
+}
+
+absl::Status CheckPeerIsDaemon(std::span<const std::byte> private_data) {
+  const std::string_view text(reinterpret_cast<const char*>(private_data.data()),
+                              private_data.size());
+  absl::StatusOr<Json> j = Json::Parse(text);
+  const Json* kind = j.ok() ? j->Find("kind") : nullptr;
+  if (kind == nullptr || kind->AsString() != kDaemonKind) {
+    return absl::FailedPreconditionError(
+        "the peer is not a metaroced (no daemon identity in its connection exchange)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<core::TransportProfile> ProfileNamed(std::string_view name) {
+  if (name == "metaroce") return core::TransportProfile::MetaRoce();
+  if (name == "gbn") return core::TransportProfile::GoBackN();
+  if (name == "reorder") return core::TransportProfile::ReorderBuffer();
+  return absl::InvalidArgumentError(
+      absl::StrCat("profile '", std::string(name), "': expected metaroce, gbn or reorder"));
+}
+
+std::string ProfileName(const core::TransportProfile& p) {
+  if (p.recovery == core::RecoveryPolicy::kGoBackN) return "gbn";
+  if (p.placement == core::PlacementPolicy::kReorderBuffer) return "reorder";
+  return "metaroce";
+}
+
+
+// "ADDR", "ADDR:PORT", "[V6]" or "[V6]:PORT".
+absl::Status SplitHostPort(std::string_view text, uint16_t default_port, std::string* host,
+                           uint16_t* port) {
+  *port = default_port;
+  std::string_view h = text, p;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos) return absl::InvalidArgumentError("peer: missing ']'");
+    h = text.substr(1, close - 1);
+    const std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return absl::InvalidArgumentError("peer: expected ':' after ']'");
+      p = rest.substr(1);
+    }
+  } else if (std::count(text.begin(), text.end(), ':') == 1) {
+    const size_t colon = text.find(':');
+    h = text.substr(0, colon);
+    p = text.substr(colon + 1);
+  }
+  if (h.empty()) return absl::InvalidArgumentError("peer: empty address");
+  if (!p.empty()) {
+    uint32_t v = 0;
+    if (!absl::SimpleAtoi(absl::string_view(p.data(), p.size()), &v) || v == 0 || v > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("peer: bad port '", std::string(p), "'"));
+    }
+    *port = static_cast<uint16_t>(v);
+  }
+  *host = std::string(h);
+  return absl::OkStatus();
+}
+
+// "198.18.0.6:4793" -> "198.18.0.6"; "[fd00::1]:5" -> "fd00::1".
+std::string AddressOf(const std::string& peer_name) {
+  std::string host;
+  uint16_t port = 0;
+  if (SplitHostPort(peer_name, 0, &host, &port).ok()) return host;
+  return peer_name;
+}
+
+}  // namespace
+
+ConnectionManager::ConnectionManager(api::Context& context, ConnectionManagerOptions options)
+    : context_(context), options_(std::move(options)) {}
+
+ConnectionManager::~ConnectionManager() { Stop(); }
+
+absl::Status ConnectionManager::Start() {
+  absl::StatusOr<std::unique_ptr<api::CompletionQueue>> cq = context_.CreateCompletionQueue(1024);
+  if (!cq.ok()) return cq.status();
+  cq_ = *std::move(cq);
+  absl::StatusOr<std::unique_ptr<api::Listener>> l =
+      context_.Listen(options_.control_port, options_.bind_address);
+  if (!l.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("control port ", options_.bind_address, ":", options_.control_port,
+                     " for peer daemons: ", l.status().message(),
+                     " (another metaroced? set control_port in the config)"));
+  }
+  listener_ = *std::move(l);
+  bound_port_ = listener_->port();
+  stop_ = false;
+  listen_thread_ = std::thread([this] { ListenLoop(); });
+  liveness_thread_ = std::thread([this] { LivenessLoop(); });
+  return absl::OkStatus();
+}
+
+void ConnectionManager::Stop() {
+  stop_ = true;
+  if (listen_thread_.joinable()) listen_thread_.join();
+  if (liveness_thread_.joinable()) liveness_thread_.join();
+  listener_.reset();
+  std::map<uint32_t, std::unique_ptr<ManagedConnection>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    all.swap(table_);
+  }
+  for (auto& [id, mc] : all) {
+    if (mc->link.fd() >= 0) {
+      mc->link.SendMessage(Bytes(kGoodbye), absl::Now() + kLinkIo).IgnoreError();
+    }
+    mc->conn->Abort().IgnoreError();
+  }
+  all.clear();  // connections leave the engine before the context does
+}
+
+void ConnectionManager::SetLimits(const ConnectionLimits& limits) {
+  absl::MutexLock lock(&mu_);
+  options_.limits = limits;
+}
+
+void ConnectionManager::SetTuning(const core::ConnectionConfig& tuning) {
+  absl::MutexLock lock(&mu_);
+  options_.tuning = tuning;
+}
+
+size_t ConnectionManager::size() const {
+  absl::MutexLock lock(&mu_);
+  return table_.size();
+}
+
+api::Connection* ConnectionManager::Find(uint32_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = table_.find(id);
+  return it == table_.end() ? nullptr : it->second->conn.get();
+}
+
+absl::StatusOr<Json> ConnectionManager::Add(const Json& params) {
+  if (absl::Status s = OnlyKeys(params, {"peer", "paths", "planes", "profile"}); !s.ok()) return s;
+  absl::StatusOr<std::string> peer = params.GetString("peer");
+  if (!peer.ok()) return peer.status();
+  absl::StatusOr<uint64_t> paths = params.GetUintOr("paths", 8);
+  if (!paths.ok()) return paths.status();
+  absl::StatusOr<std::string> profile_name = params.GetStringOr("profile", "metaroce");
+  if (!profile_name.ok()) return profile_name.status();
+  absl::StatusOr<core::TransportProfile> profile = ProfileNamed(*profile_name);
+  if (!profile.ok()) return profile.status();
+  if (const Json* planes = params.Find("planes"); planes != nullptr && !planes->is_null()) {
+    // Connections spray over every plane of the daemon (path i on plane i % planes): a subset
+    // would need a per-connection plane map in the engine.
+    const int n = context_.engine().planes();
+    bool all = planes->is_array() && static_cast<int>(planes->size()) == n;
+    for (int i = 0; all && i < n; ++i) all = planes->array()[i].AsUint() == uint64_t(i);
+    if (!all) {
+      return absl::UnimplementedError(absl::StrCat(
+          "planes: connections use every plane of the daemon (0..", n - 1,
+          "); a subset is not supported yet"));
+    }
+  }
+  std::string host;
+  uint16_t port = 0;
+  api::ConnectOptions o;
+  {
+    absl::MutexLock lock(&mu_);
+    if (table_.size() >= options_.limits.max_connections) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "connection limit reached: max_connections ", options_.limits.max_connections));
+    }
+    if (*paths < 1 || *paths > options_.limits.max_paths) {
+      return absl::ResourceExhaustedError(absl::StrCat("paths ", *paths, " is outside 1..",
+                                                       options_.limits.max_paths,
+                                                       " (max_paths)"));
+    }
+    if (absl::Status s = SplitHostPort(*peer, options_.control_port, &host, &port); !s.ok()) {
+      return s;
+    }
+    o.tuning = options_.tuning;
+    o.timeout = options_.exchange_timeout;
+  }
+  o.send_cq = o.recv_cq = cq_.get();
+  o.path_count = static_cast<uint16_t>(*paths);
+  o.profile = *profile;
+  o.keep_exchange_socket = true;
+  o.private_data = DaemonPrivateData();
+  absl::StatusOr<std::unique_ptr<api::Connection>> conn = context_.Connect(host, port, o);
+  if (!conn.ok()) {
+    const absl::StatusCode code = conn.status().code() == absl::StatusCode::kFailedPrecondition
+                                      ? absl::StatusCode::kFailedPrecondition
+                                      : absl::StatusCode::kUnavailable;
+    return absl::Status(code, absl::StrCat("peer ", host, ":", port, ": ",
+                                           conn.status().message()));
+  }
+  if (absl::Status s = CheckPeerIsDaemon((*conn)->peer_private_data()); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("peer ", host, ":", port, ": ", s.message()));
+  }
+  api::ExchangeSocket link = (*conn)->TakeExchangeSocket();
+  Json out = Json::MakeObject();
+  out["conn"] = Insert(*std::move(conn), host, std::move(link));
+  return out;
+}
+
+Json ConnectionManager::Insert(std::unique_ptr<api::Connection> conn, std::string peer,
+                              api::ExchangeSocket link) {
+  auto mc = std::make_unique<ManagedConnection>();
+  mc->id = conn->local_id();
+  mc->peer = std::move(peer);
+  mc->peer_id = conn->remote_id();
+  mc->paths = conn->local_parameters().path_count;
+  for (size_t p = 0; p < conn->local_parameters().plane_addresses.size(); ++p) {
+    mc->planes.push_back(static_cast<int>(p));
+  }
+  mc->profile = ProfileName(conn->local_parameters().profile);
+  mc->created_s = absl::ToDoubleSeconds(absl::Now() - options_.started);
+  mc->link = std::move(link);
+  mc->last_heard = absl::Now();
+  mc->conn = std::move(conn);
+  Json described = Describe(*mc);
+  options_.log(absl::StrCat("connection ", mc->id, " to ", mc->peer, " (its ", mc->peer_id,
+                            "), ", mc->paths, " paths, ", mc->profile));
+  absl::MutexLock lock(&mu_);
+  table_[mc->id] = std::move(mc);
+  return described;
+}
+
+absl::StatusOr<Json> ConnectionManager::Delete(const Json& params) {
+  if (absl::Status s = OnlyKeys(params, {"id"}); !s.ok()) return s;
+  absl::StatusOr<uint64_t> id = params.GetUint("id");
+  if (!id.ok()) return id.status();
+  std::unique_ptr<ManagedConnection> mc;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = table_.find(static_cast<uint32_t>(*id));
+    if (*id > UINT32_MAX || it == table_.end()) {
+      return absl::NotFoundError(absl::StrCat("no connection ", *id));
+    }
+    mc = std::move(it->second);
+    table_.erase(it);
+  }
+  if (mc->link.fd() >= 0) {
+    mc->link.SendMessage(Bytes(kGoodbye), absl::Now() + kLinkIo).IgnoreError();
+  }
+  mc->conn->Abort().IgnoreError();  // outstanding work completes with WR_FLUSH_ERR
+  options_.log(absl::StrCat("connection ", mc->id, " to ", mc->peer, " deleted"));
+  return Json::MakeObject();
+}
+
+absl::StatusOr<Json> ConnectionManager::Show(const Json& params) {
+  if (absl::Status s = OnlyKeys(params, {"id", "peer"}); !s.ok()) return s;
+  std::optional<uint64_t> id;
+  if (const Json* v = params.Find("id"); v != nullptr && !v->is_null()) {
+    id = v->AsUint();
+    if (!id) return absl::InvalidArgumentError("id: expected a connection id (integer)");
+  }
+  absl::StatusOr<std::string> peer = params.GetStringOr("peer", "");
+  if (!peer.ok()) return peer.status();
+  Json out = Json::MakeObject();
+  Json& list = out["connections"] = Json::MakeArray();
+  absl::MutexLock lock(&mu_);
+  if (id && !table_.contains(static_cast<uint32_t>(*id))) {
+    return absl::NotFoundError(absl::StrCat("no connection ", *id));
+  }
+  for (auto& [cid, mc] : table_) {
+    if (id && cid != *id) continue;
+    if (!peer->empty() && mc->peer != *peer) continue;
+    list.Push(Describe(*mc));
+  }
+  return out;
+}
+
+Json ConnectionManager::Describe(const ManagedConnection& mc) {
+  Json j = Json::MakeObject();
+  j["id"] = mc.id;
+  j["peer"] = mc.peer;
+  j["peer_id"] = mc.peer_id;
+  absl::StatusOr<api::ConnectionStats> st = mc.conn->Stats();
+  const bool error = !st.ok() || st->state == core::Connection::State::kError;
+  j["state"] = error ? "error" : "ready";
+  const core::WcStatus status = st.ok() ? st->error_status : core::WcStatus::kGeneralErr;
+  j["error_status"] = static_cast<int>(status);
+  j["error_status_name"] = core::StatusName(status);
+  if (!mc.gone.empty()) j["error_reason"] = mc.gone;
+  j["paths"] = mc.paths;
+  Json& planes = j["planes"] = Json::MakeArray();
+  for (int p : mc.planes) planes.Push(p);
+  j["profile"] = mc.profile;
+  j["owner"] = "daemon";
+  j["created_s"] = mc.created_s;
+  j["counters"] = st.ok() ? api::CountersJson(st->counters) : Json::MakeObject();
+  return j;
+}
+
+// ---- peer daemons ----
+
+absl::StatusOr<api::ConnectOptions> ConnectionManager::Decide(
+    const api::ConnectionParameters& request) {
+  if (absl::Status s = CheckPeerIsDaemon(request.private_data); !s.ok()) return s;
+  api::ConnectOptions o;
+  absl::MutexLock lock(&mu_);
+  if (table_.size() >= options_.limits.max_connections) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "connection limit reached: max_connections ", options_.limits.max_connections));
+  }
+  if (request.path_count > options_.limits.max_paths) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "paths ", request.path_count, " is above max_paths ", options_.limits.max_paths));
+  }
+  o.send_cq = o.recv_cq = cq_.get();
+  o.path_count = request.path_count;
+  o.profile = request.profile;
+  o.ordered_completion = request.ordered_completion;
+  o.tuning = options_.tuning;
+  o.timeout = options_.exchange_timeout;
+  o.keep_exchange_socket = true;
+  o.private_data = DaemonPrivateData();
+  return o;
+}
+
+void ConnectionManager::ListenLoop() {
+  while (!stop_.load()) {
+    absl::StatusOr<bool> pending = listener_->WaitForClient(absl::Milliseconds(100));
+    if (!pending.ok() || !*pending) continue;
+    absl::Duration timeout;
+    {
+      absl::MutexLock lock(&mu_);
+      timeout = options_.exchange_timeout;
+    }
+    absl::StatusOr<std::unique_ptr<api::Connection>> conn = listener_->Accept(
+        [this](const api::ConnectionParameters& r) { return Decide(r); }, timeout);
+    if (!conn.ok()) {
+      options_.log(absl::StrCat("refused a peer daemon's connection: ", conn.status().message()));
+      continue;
+    }
+    api::ExchangeSocket link = (*conn)->TakeExchangeSocket();
+    const std::string peer = AddressOf(link.peer_name());
+    Insert(*std::move(conn), peer, std::move(link));
+  }
+}
+
+void ConnectionManager::MarkGone(ManagedConnection& mc, std::string why) {
+  if (!mc.gone.empty()) return;
+  mc.gone = std::move(why);
+  mc.link = api::ExchangeSocket();
+  mc.conn->Abort().IgnoreError();
+  options_.log(absl::StrCat("connection ", mc.id, " to ", mc.peer, ": ", mc.gone,
+                            "; outstanding work flushed"));
+}
+
+void ConnectionManager::SendHeartbeats() {
+  for (auto& [id, mc] : table_) {
+    if (mc->link.fd() < 0) continue;
+    absl::Status s = mc->link.SendMessage(Bytes(kHeartbeat), absl::Now() + kLinkIo);
+    if (!s.ok()) MarkGone(*mc, absl::StrCat("peer daemon unreachable (", s.message(), ")"));
+  }
+}
+
+void ConnectionManager::ServeLinks(absl::Duration wait) {
+  std::vector<pollfd> fds;
+  std::vector<uint32_t> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, mc] : table_) {
+      if (mc->link.fd() < 0) continue;
+      fds.push_back(pollfd{mc->link.fd(), POLLIN, 0});
+      ids.push_back(id);
+    }
+  }
+  if (fds.empty()) {
+    absl::SleepFor(wait);
+    return;
+  }
+  const int rc = poll(fds.data(), fds.size(), static_cast<int>(absl::ToInt64Milliseconds(wait)));
+  if (rc <= 0) return;
+  std::vector<std::unique_ptr<ManagedConnection>> closed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto it = table_.find(ids[i]);
+      if (it == table_.end() || it->second->link.fd() != fds[i].fd) continue;  // deleted meanwhile
+      ManagedConnection& mc = *it->second;
+      absl::StatusOr<std::vector<std::byte>> m = mc.link.ReceiveMessage(absl::Now() + kLinkIo);
+      if (!m.ok()) {
+        MarkGone(mc, absl::StrCat("peer daemon gone (", m.status().message(), ")"));
+        continue;
+      }
+      const std::string_view text(reinterpret_cast<const char*>(m->data()), m->size());
+      if (text == kGoodbye) {
+        // The peer deleted its side: ours goes too.
+        options_.log(absl::StrCat("connection ", mc.id, " to ", mc.peer,
+                                  " deleted by the peer"));
+        mc.link = api::ExchangeSocket();
+        mc.conn->Abort().IgnoreError();
+        closed.push_back(std::move(it->second));
+        table_.erase(it);
+        continue;
+      }
+      mc.last_heard = absl::Now();
+    }
+  }
+  closed.clear();  // destroyed outside the lock
+}
+
+void ConnectionManager::LivenessLoop() {
+  absl::Time next_beat = absl::Now();
+  while (!stop_.load()) {
+    absl::Duration beat, dead;
+    {
+      absl::MutexLock lock(&mu_);
+      beat = options_.heartbeat;
+      dead = options_.dead_peer_timeout;
+      const absl::Time now = absl::Now();
+      if (now >= next_beat) {
+        SendHeartbeats();
+        next_beat = now + beat;
+      }
+      for (auto& [id, mc] : table_) {
+        if (mc->gone.empty() && now - mc->last_heard > dead) {
+          MarkGone(*mc, absl::StrCat("no word from the peer daemon for ",
+                                     absl::FormatDuration(now - mc->last_heard)));
+        }
+      }
+    }
+    ServeLinks(std::min(beat, absl::Milliseconds(50)));
+  }
+}
+
+}  // namespace metaroce::daemon

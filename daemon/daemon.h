@@ -1,0 +1,109 @@
+// metaroced: the daemon that hosts the MetaRoCE engine on a host (daemon/README.md).
+//
+// It owns the NIC queues and the XDP steering program through an api::Context (AF_XDP or kernel
+// UDP ports over the configured interfaces, one per plane), holds the connections made with
+// `conn.add` or by peer daemons (ConnectionManager), watches and steers paths (PathManager), and
+// serves the control socket (ControlServer) with these methods:
+//
+//   daemon.show link.show stat.show            here
+//   conn.add conn.del conn.show                ConnectionManager
+//   path.show path.rotate path.events          PathManager
+//
+// Start-up (Daemon::Start): preflight checks (daemon/preflight.h), the Context, the connection
+// manager (listening for peer daemons), the path manager, the control socket, then READY=1 to
+// systemd. Any failure undoes what was made (no XDP program, socket file or thread is left)
+// and returns one line naming the fix.
+//
+// Running (Run): signalfd for SIGTERM/SIGINT (stop) and SIGHUP (reload); the path manager
+// ticks every 5 ms. The caller blocks those signals before Start (so that no thread the daemon
+// starts takes them) and passes the signalfd.
+//
+// Reload: the config is read again with the same command-line overrides; a file with errors is
+// refused whole (the running config stays); limits, paths and log_format take effect; changes
+// to other keys are reported as needing a restart and ignored. Connections are kept.
+//
+// Stop (Stop, or the destructor): STOPPING=1, the control socket closes (file unlinked),
+// connections are torn down (goodbye to each peer, outstanding work flushed), then the
+// Context goes (XDP programs detached, AF_XDP sockets closed).
+//
+// Threading: Start, Run, Reload and Stop from the main thread; handlers run on the control
+// server's thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/command_line.h"
+#include "daemon/config.h"
+#include "daemon/connection_manager.h"
+#include "daemon/control_server.h"
+#include "daemon/log.h"
+#include "daemon/path_manager.h"
+#include "daemon/sd_notify.h"
+#include "lib/api/context.h"
+#include "lib/control/json.h"
+
+namespace metaroce::daemon {
+
+// Features of the packet ports as their descriptions state them (daemon.show `features`).
+struct PortFeatures {
+  bool zero_copy = false;
+  bool need_wakeup = false;
+  bool busy_poll = false;
+  bool multi_buffer = false;
+};
+// True only when every AF_XDP port has the feature; all false for non-AF_XDP ports.
+PortFeatures FeaturesFromDescriptions(const std::vector<std::string>& descriptions);
+
+// The policy a config's [paths] section sets.
+PathPolicy PathPolicyFrom(const PathSettings& paths);
+ConnectionLimits ConnectionLimitsFrom(const LimitSettings& limits);
+
+class Daemon {
+ public:
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const ConfigSource& source, Config config,
+                                                       Logger& log, SdNotifier& notifier);
+  ~Daemon();  // Stop()
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Until SIGTERM or SIGINT arrives on `signal_fd`; SIGHUP reloads.
+  void Run(int signal_fd);
+  void Reload();
+  void Stop();
+
+  // Handlers (docs/control-protocol.md).
+  absl::StatusOr<control::Json> ShowDaemon(const control::Json& params);
+  absl::StatusOr<control::Json> ShowLinks(const control::Json& params);
+  absl::StatusOr<control::Json> ShowStats(const control::Json& params);
+
+ private:
+  Daemon(const ConfigSource& source, Config config, Logger& log, SdNotifier& notifier);
+  absl::Status StartParts();
+  void RegisterHandlers();
+  // Which planes a `name` filter selects; NotFound naming the daemon's interfaces.
+  absl::StatusOr<std::vector<int>> SelectPlanes(const control::Json& params);
+  std::string StatusLine();
+  Config config() const;  // a copy, for any thread
+
+  const ConfigSource source_;
+  mutable absl::Mutex config_mu_;
+  Config config_ ABSL_GUARDED_BY(config_mu_);  // written by Reload (main thread)
+  Logger& log_;
+  SdNotifier& notifier_;
+  const absl::Time started_ = absl::Now();
+  PortFeatures features_;
+  std::vector<std::vector<std::string>> port_descriptions_;  // [plane][worker]
+  bool stopped_ = false;
+
+  // Declared in start-up order: destroyed in reverse.
+  std::unique_ptr<api::Context> context_;
+  std::unique_ptr<ConnectionManager> connections_;
+  std::unique_ptr<PathManager> paths_;
+  std::unique_ptr<ControlServer> server_;
+};
+
+}  // namespace metaroce::daemon

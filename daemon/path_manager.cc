@@ -1,0 +1,169 @@
+#include "daemon/path_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <span>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/params.h"
+#include "lib/api/stats_json.h"
+#include "lib/engine/worker.h"
+
+namespace metaroce::daemon {
+namespace {
+
+using control::Json;
+
+std::chrono::nanoseconds ToChrono(absl::Duration d) { return absl::ToChronoNanoseconds(d); }
+
+absl::StatusOr<uint32_t> ConnId(const Json& params, std::string_view key) {
+  absl::StatusOr<uint64_t> id = params.GetUint(key);
+  if (!id.ok()) return id.status();
+  if (*id > UINT32_MAX) return absl::NotFoundError(absl::StrCat("no connection ", *id));
+  return static_cast<uint32_t>(*id);
+}
+
+
+}  // namespace
+
+core::ConnectionConfig PathPolicy::Apply(core::ConnectionConfig base) const {
+  base.rotation_holddown = ToChrono(rotation_holddown);
+  base.degraded_hold = ToChrono(degraded_hold);
+  base.rotation_rate = rotations_per_second;
+  base.rotation_burst = rotation_burst;
+  return base;
+}
+
+PathManager::PathManager(ConnectionManager& connections, PathPolicy policy, absl::Time started)
+    : connections_(connections), policy_(std::move(policy)), started_(started) {}
+
+void PathManager::SetPolicy(const PathPolicy& policy) {
+  absl::MutexLock lock(&mu_);
+  policy_ = policy;
+}
+
+void PathManager::Tick() {
+  std::vector<core::PathEvent> drained;
+  std::set<uint32_t> live;
+  connections_.ForEach([&](ManagedConnection& mc) {
+    live.insert(mc.id);
+    core::PathEvent buf[64];
+    size_t n = 0;
+    while ((n = mc.conn->PollEvents(std::span<core::PathEvent>(buf))) > 0) {
+      drained.insert(drained.end(), buf, buf + n);
+    }
+  });
+  absl::MutexLock lock(&mu_);
+  for (const core::PathEvent& e : drained) Record(e);
+  // The record of a deleted connection goes with it.
+  for (auto it = events_.begin(); it != events_.end();) {
+    it = live.contains(it->first) ? std::next(it) : events_.erase(it);
+  }
+}
+
+void PathManager::Record(const core::PathEvent& e) {
+  Json j = Json::MakeObject();
+  // Event instants are CLOCK_MONOTONIC (lib/engine); the record keeps daemon time.
+  const absl::Duration since_event =
+      absl::Nanoseconds(engine::MonotonicNow().ns - e.at.ns);
+  j["time_s"] = absl::ToDoubleSeconds(absl::Now() - since_event - started_);
+  j["conn"] = e.conn_id;
+  j["path_id"] = e.path_id;
+  if (e.kind == core::PathEvent::Kind::kPortRotated) {
+    j["kind"] = "rotation";
+    j["old_port"] = e.old_port;
+    j["new_port"] = e.new_port;
+  } else {
+    j["kind"] = "state";
+    j["from"] = core::PathStateName(e.from);
+    j["to"] = core::PathStateName(e.to);
+  }
+  j["reason"] = core::PathEventReasonName(e.reason);
+  std::deque<Json>& q = events_[e.conn_id];
+  q.push_back(std::move(j));
+  while (q.size() > policy_.events_kept) q.pop_front();
+}
+
+absl::StatusOr<Json> PathManager::Show(const Json& params) {
+  if (absl::Status s = OnlyKeys(params, {"conn", "path"}); !s.ok()) return s;
+  absl::StatusOr<uint32_t> id = ConnId(params, "conn");
+  if (!id.ok()) return id.status();
+  std::optional<uint64_t> path;
+  if (const Json* v = params.Find("path"); v != nullptr && !v->is_null()) {
+    path = v->AsUint();
+    if (!path) return absl::InvalidArgumentError("path: expected a path id (integer)");
+  }
+  api::Connection* conn = connections_.Find(*id);
+  if (conn == nullptr) return absl::NotFoundError(absl::StrCat("no connection ", *id));
+  absl::StatusOr<api::ConnectionStats> st = conn->Stats();
+  if (!st.ok()) return st.status();
+  if (path && *path >= st->paths.size()) {
+    return absl::NotFoundError(absl::StrCat("connection ", *id, " has no path ", *path, " (",
+                                            st->paths.size(), " paths)"));
+  }
+  Json out = Json::MakeObject();
+  out["conn"] = *id;
+  Json& list = out["paths"] = Json::MakeArray();
+  for (const core::PathStats& p : st->paths) {
+    if (!path || p.path_id == *path) list.Push(api::PathStatsJson(p));
+  }
+  return out;
+}
+
+absl::StatusOr<Json> PathManager::Rotate(const Json& params) {
+  if (absl::Status s = OnlyKeys(params, {"conn", "path"}); !s.ok()) return s;
+  absl::StatusOr<uint32_t> id = ConnId(params, "conn");
+  if (!id.ok()) return id.status();
+  absl::StatusOr<uint64_t> path = params.GetUint("path");
+  if (!path.ok()) return path.status();
+  api::Connection* conn = connections_.Find(*id);
+  if (conn == nullptr) return absl::NotFoundError(absl::StrCat("no connection ", *id));
+  absl::StatusOr<api::ConnectionStats> before = conn->Stats();
+  if (!before.ok()) return before.status();
+  if (*path >= before->paths.size()) {
+    return absl::NotFoundError(absl::StrCat("connection ", *id, " has no path ", *path, " (",
+                                            before->paths.size(), " paths)"));
+  }
+  if (absl::Status s = conn->RequestRotation(static_cast<uint16_t>(*path)); !s.ok()) return s;
+  absl::StatusOr<api::ConnectionStats> after = conn->Stats();
+  if (!after.ok()) return after.status();
+  const core::PathStats& b = before->paths[*path];
+  const core::PathStats& a = after->paths[*path];
+  Json out = Json::MakeObject();
+  out["conn"] = *id;
+  out["path_id"] = *path;
+  out["old_port"] = b.src_port;
+  out["new_port"] = a.src_port;
+  // Inside the hold-down or without a token of the rate limit the core defers the rotation.
+  out["deferred"] = a.rotations == b.rotations;
+  return out;
+}
+
+absl::StatusOr<Json> PathManager::Events(const Json& params) {
+  if (absl::Status s = OnlyKeys(params, {"conn"}); !s.ok()) return s;
+  std::optional<uint32_t> id;
+  if (const Json* v = params.Find("conn"); v != nullptr && !v->is_null()) {
+    absl::StatusOr<uint32_t> c = ConnId(params, "conn");
+    if (!c.ok()) return c.status();
+    if (connections_.Find(*c) == nullptr) return absl::NotFoundError(absl::StrCat("no connection ", *c));
+    id = *c;
+  }
+  Tick();  // what happened up to now
+  Json out = Json::MakeObject();
+  Json& list = out["events"] = Json::MakeArray();
+  absl::MutexLock lock(&mu_);
+  std::vector<const Json*> all;
+  for (const auto& [conn, q] : events_) {
+    if (id && conn != *id) continue;
+    for (const Json& e : q) all.push_back(&e);
+  }
+  std::stable_sort(all.begin(), all.end(), [](const Json* x, const Json* y) {
+    return x->Find("time_s")->AsDouble().value_or(0) < y->Find("time_s")->AsDouble().value_or(0);
+  });
+  for (const Json* e : all) list.Push(*e);
+  return out;
+}
+
+}  // namespace metaroce::daemon

@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Privileged end-to-end test of metaroced and mrctl on a namespace fabric (tools/fabric/mrfabric).
+
+Brings up 2 hosts x 2 planes x 2 spines and one metaroced per host (each with its own control
+socket in a temporary directory), then checks, through mrctl (text and -j):
+  - daemon show / link show / stat show answer with the documented keys;
+  - conn add connects the daemons (both sides list the connection, 8 paths on distinct ports);
+  - path rotate moves exactly that path to a new port and path events records it (reason manual);
+  - bad requests are refused with a reason and the daemon stays up: malformed JSON (the same
+    socket keeps working), an unknown method, unknown parameters, a wrong version, an over-long
+    line (answered, then closed), an unknown connection; a user who is not allowed is refused;
+  - conn del removes the connection on both daemons;
+  - a peer daemon killed with SIGKILL is detected: its connections go to error, naming the peer;
+  - SIGTERM stops a daemon with exit 0 and leaves no XDP program, socket file or listener.
+The fabric and the daemons are always torn down.
+
+usage: daemon_fabric_test.py METAROCED MRCTL MRFABRIC     exit 0 pass, 1 fail, 77 skip (not root)
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+NAME = "mrdt"
+PEER_OF_H0 = "198.18.0.6"  # host 1 on plane 0
+
+
+def ns(host):
+    return "mrf-%s-h%d" % (NAME, host)
+
+
+class Failures(list):
+    def check(self, ok, what):
+        print("%-66s %s" % (what, "ok" if ok else "FAIL"))
+        if not ok:
+            self.append(what)
+        return ok
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.stderr.write(__doc__)
+        return 2
+    metaroced, mrctl, mrfabric = sys.argv[1:]
+    if os.geteuid() != 0:
+        print("skip: needs root (namespaces, XDP)")
+        return 77
+    if shutil.which("ip") is None or subprocess.run(["ip", "netns", "list"],
+                                                    capture_output=True).returncode != 0:
+        print("skip: no `ip netns`")
+        return 77
+    tmp = tempfile.mkdtemp(prefix="metaroced-test-")
+    os.chmod(tmp, 0o755)
+    sock = {h: os.path.join(tmp, "h%d.sock" % h) for h in (0, 1)}
+    daemons = {}
+    logs = {}
+    f = Failures()
+
+    def fabric(*args, check=True):
+        p = subprocess.run([mrfabric, args[0], "--name", NAME] + list(args[1:]),
+                           capture_output=True, text=True, timeout=120)
+        if check and p.returncode != 0:
+            raise RuntimeError("mrfabric %s: %s" % (args[0], (p.stderr or p.stdout).strip()))
+        return p
+
+    def start(h):
+        logs[h] = open(os.path.join(tmp, "h%d.log" % h), "w+")
+        # nsenter, not `ip netns exec`: the latter remounts /sys, hiding bpffs from the daemon.
+        daemons[h] = subprocess.Popen(
+            ["nsenter", "--net=/run/netns/" + ns(h), metaroced, "--interface", "pl0,pl1",
+             "--socket", sock[h]], stdout=logs[h], stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if daemons[h].poll() is not None:
+                raise RuntimeError("metaroced on host %d exited %d: %s" %
+                                   (h, daemons[h].returncode, log_of(h)))
+            if ctl(h, "daemon", "show").returncode == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError("metaroced on host %d did not answer within 20 s: %s" % (h, log_of(h)))
+
+    def log_of(h):
+        logs[h].flush()
+        logs[h].seek(0)
+        return logs[h].read().strip()[-2000:]
+
+    def ctl(h, *args, user=None):
+        cmd = [mrctl, "-s", sock[h]] + list(args)
+        if user is not None:
+            cmd = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + cmd
+        return subprocess.run(["ip", "netns", "exec", ns(h)] + cmd, capture_output=True,
+                              text=True, timeout=60)
+
+    def ctl_json(h, *args):
+        p = ctl(h, "-j", *args)
+        if p.returncode != 0:
+            raise RuntimeError("mrctl %s: exit %d: %s" % (" ".join(args), p.returncode,
+                                                          p.stderr.strip()))
+        doc = json.loads(p.stdout)
+        if doc.get("version") != 1:
+            raise RuntimeError("mrctl -j %s: no version 1 in %r" % (" ".join(args), doc))
+        return doc
+
+    def raw(h, lines, read_lines):
+        """Sends raw lines on the control socket (inside the host's namespace is not needed: a
+        Unix socket is a file); returns the decoded response lines and whether it closed."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(sock[h])
+        try:
+            for line in lines:
+                s.sendall(line if isinstance(line, bytes) else line.encode())
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the daemon closed while we still wrote (an over-long line): read its answer
+        out, buf, closed = [], b"", False
+        while len(out) < read_lines:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            except ConnectionResetError:
+                closed = True
+                break
+            if not chunk:
+                closed = True
+                break
+            buf += chunk
+            while b"\n" in buf:
+                one, buf = buf.split(b"\n", 1)
+                out.append(json.loads(one))
+        if not closed and len(out) >= read_lines:
+            s.settimeout(0.5)
+            try:
+                closed = s.recv(1) == b""
+            except socket.timeout:
+                closed = False
+            except ConnectionResetError:
+                closed = True  # closed with our unread bytes in its buffer: a reset
+        s.close()
+        return out, closed
+
+    def error_code(resp):
+        return resp.get("error", {}).get("code")
+
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    fabric("down", check=False)
+    try:
+        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2")
+        start(0)
+        start(1)
+
+        d = ctl_json(0, "daemon", "show")
+        f.check(d.get("protocol") == 1 and d.get("port_kind") == "af_xdp" and
+                all(k in d.get("versions", {}) for k in ("kernel", "libbpf", "libxdp", "liburing"))
+                and all(k in d.get("features", {}) for k in
+                        ("zero_copy", "need_wakeup", "busy_poll", "multi_buffer")),
+                "daemon show: protocol, port kind, versions, features")
+        links = ctl_json(0, "link", "show").get("links", [])
+        f.check([l.get("name") for l in links] == ["pl0", "pl1"] and
+                all(l.get("xdp", {}).get("attached") for l in links),
+                "link show: pl0 and pl1, XDP attached")
+        stats = ctl_json(0, "stat", "show").get("links", [])
+        f.check(len(stats) == 2 and all("rx_ring_full" in s and "fill_ring_empty" in s
+                                        for s in stats), "stat show: AF_XDP ring health per link")
+        f.check(ctl(0, "stat", "show").stdout.startswith("link pl0 "),
+                "stat show (text): rdma-statistic shape")
+
+        # Connections between the daemons.
+        added = ctl_json(0, "conn", "add", PEER_OF_H0, "paths", "8").get("conn", {})
+        cid = added.get("id")
+        f.check(added.get("state") == "ready" and added.get("paths") == 8 and
+                added.get("peer") == PEER_OF_H0, "conn add: ready, 8 paths, peer recorded")
+        time.sleep(0.3)
+        theirs = ctl_json(1, "conn", "show").get("connections", [])
+        f.check(len(theirs) == 1 and theirs[0].get("peer_id") == cid and
+                theirs[0].get("paths") == 8, "the peer daemon lists the connection")
+        paths = ctl_json(0, "path", "show", str(cid)).get("paths", [])
+        ports = [p.get("src_port") for p in paths]
+        f.check(len(paths) == 8 and len(set(ports)) == 8 and
+                all(p.get("state") in ("active", "probing") for p in paths),
+                "path show: 8 paths on 8 distinct source ports")
+        text = ctl(0, "path", "show", str(cid))
+        f.check(text.returncode == 0 and len(text.stdout.strip().splitlines()) >= 9,
+                "path show (text): a header and a line per path")
+
+        # Operator rotation: exactly that path moves.
+        rot = ctl_json(0, "path", "rotate", str(cid), "3")
+        after = ctl_json(0, "path", "show", str(cid)).get("paths", [])
+        moved = [p["path_id"] for p, q in zip(paths, after) if p["src_port"] != q["src_port"]]
+        f.check(rot.get("old_port") == ports[3] and rot.get("new_port") != ports[3] and
+                moved == [3], "path rotate 3: path 3 alone on a new port")
+        events = ctl_json(0, "path", "events", str(cid)).get("events", [])
+        f.check(any(e.get("kind") == "rotation" and e.get("path_id") == 3 and
+                    e.get("reason") == "manual" for e in events),
+                "path events: the rotation, reason manual")
+
+        # Bad requests: refused with a reason, the daemon stays up.
+        out, closed = raw(0, ['{"version":1,"id":5,"method":"daemon.show"\n',
+                              '{"version":1,"id":6,"method":"daemon.show","params":{}}\n'], 2)
+        f.check(len(out) == 2 and error_code(out[0]) == "invalid_argument" and
+                "result" in out[1] and not closed,
+                "malformed JSON: invalid_argument, same socket keeps working")
+        out, _ = raw(0, ['{"version":1,"id":7,"method":"conn.frobnicate"}\n'], 1)
+        f.check(len(out) == 1 and error_code(out[0]) == "unimplemented",
+                "unknown method: unimplemented")
+        out, _ = raw(0, ['{"version":1,"id":8,"method":"conn.show","params":{"idd":1}}\n'], 1)
+        f.check(len(out) == 1 and error_code(out[0]) == "invalid_argument" and
+                "idd" in out[0]["error"].get("message", ""), "unknown parameter: named")
+        out, _ = raw(0, ['{"version":2,"id":9,"method":"daemon.show"}\n'], 1)
+        f.check(len(out) == 1 and error_code(out[0]) == "invalid_argument",
+                "version 2: refused")
+        out, closed = raw(0, [b"[" * (2 << 20)], 1)
+        f.check(len(out) == 1 and error_code(out[0]) == "resource_exhausted" and closed,
+                "over-long line: resource_exhausted, then closed")
+        p = ctl(0, "conn", "show", "99999")
+        f.check(p.returncode == 1 and p.stderr.startswith("Error:") and
+                len(p.stderr.strip().splitlines()) == 1, "unknown connection: one-line error, exit 1")
+        p = ctl(0, "daemon", "show", user=65534)
+        f.check(p.returncode != 0 and "ermission" in p.stderr, "user 65534: refused")
+        f.check(daemons[0].poll() is None and ctl(0, "daemon", "show").returncode == 0,
+                "the daemon is still up")
+
+        # conn del tears down both sides.
+        second = ctl_json(0, "conn", "add", PEER_OF_H0, "paths", "2").get("conn", {}).get("id")
+        p = ctl(0, "conn", "del", str(second))
+        time.sleep(0.5)
+        f.check(p.returncode == 0 and
+                [c["id"] for c in ctl_json(0, "conn", "show")["connections"]] == [cid] and
+                len(ctl_json(1, "conn", "show")["connections"]) == 1,
+                "conn del: gone on both daemons")
+
+        # A dead peer daemon is detected.
+        daemons[1].kill()
+        daemons[1].wait(timeout=10)
+        deadline = time.monotonic() + 10
+        state = None
+        while time.monotonic() < deadline:
+            c = ctl_json(0, "conn", "show", str(cid))["connections"][0]
+            state = c.get("state")
+            if state == "error":
+                break
+            time.sleep(0.2)
+        f.check(state == "error" and "peer" in c.get("error_reason", ""),
+                "peer daemon killed: connection in error, reason names the peer")
+
+        # SIGTERM: clean stop.
+        daemons[0].send_signal(signal.SIGTERM)
+        rc = daemons[0].wait(timeout=20)
+        xdp = subprocess.run(["ip", "netns", "exec", ns(0), "ip", "-d", "link", "show"],
+                             capture_output=True, text=True).stdout
+        listeners = subprocess.run(["ip", "netns", "exec", ns(0), "ss", "-ltnH"],
+                                   capture_output=True, text=True).stdout
+        f.check(rc == 0, "SIGTERM: exit 0")
+        f.check("prog/xdp" not in xdp and "xdp" not in xdp.replace("xdpgeneric off", ""),
+                "SIGTERM: no XDP program left on host 0's interfaces")
+        f.check(not os.path.exists(sock[0]), "SIGTERM: socket file removed")
+        f.check(":4793" not in listeners, "SIGTERM: control port closed")
+    except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt, OSError,
+            json.JSONDecodeError) as e:
+        f.append("aborted: %s" % e)
+        print("aborted: %s" % e)
+        traceback.print_exc(file=sys.stdout)
+        for h in logs:
+            print("--- metaroced host %d log:\n%s" % (h, log_of(h)))
+    finally:
+        for p in daemons.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        fabric("down", check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if f:
+        print("FAILED:\n  " + "\n  ".join(f))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,420 @@
+#include "daemon/config.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace metaroce::daemon {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+LoadedConfig Parse(absl::string_view text, std::vector<ConfigOverride> overrides = {}) {
+  return ParseConfigText(text, "metaroced.conf", overrides);
+}
+
+// A file with the one required key, for tests about the others.
+std::string WithInterfaces(absl::string_view more = "") {
+  return "[daemon]\ninterfaces = pl0\n" + std::string(more);
+}
+
+std::string OnlyError(const LoadedConfig& c) {
+  EXPECT_EQ(c.errors.size(), 1u) << ::testing::PrintToString(c.errors);
+  return c.errors.empty() ? std::string() : c.errors.front();
+}
+
+TEST(Config, Defaults) {
+  LoadedConfig c = Parse(WithInterfaces());
+  ASSERT_TRUE(c.ok()) << ::testing::PrintToString(c.errors);
+  const Config& k = c.config;
+  EXPECT_EQ(k.path, "metaroced.conf");
+  EXPECT_THAT(k.daemon.interfaces, ElementsAre("pl0"));
+  EXPECT_THAT(k.daemon.local_ips, IsEmpty());
+  EXPECT_EQ(k.daemon.port_kind, PortKindSetting::kAfXdp);
+  EXPECT_EQ(k.daemon.udp_port, 4792);
+  EXPECT_EQ(k.daemon.control_port, 4793);
+  EXPECT_EQ(k.daemon.control_bind, "0.0.0.0");
+  EXPECT_EQ(k.daemon.socket, "/run/metaroce/metaroced.sock");
+  EXPECT_EQ(k.daemon.socket_group, "");
+  EXPECT_EQ(k.daemon.workers, 1);
+  EXPECT_THAT(k.daemon.cpus, IsEmpty());
+  EXPECT_EQ(k.daemon.log_format, LogFormat::kText);
+  EXPECT_EQ(k.limits.max_connections, 4096u);
+  EXPECT_EQ(k.limits.max_paths, 256);
+  EXPECT_EQ(k.limits.max_memory_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(k.paths.rotation_holddown_ms, 5u);
+  EXPECT_EQ(k.paths.degraded_hold_ms, 50u);
+  EXPECT_EQ(k.paths.rotations_per_second, 50);
+  EXPECT_EQ(k.paths.rotation_burst, 8u);
+}
+
+TEST(Config, EveryKey) {
+  LoadedConfig c = Parse(R"(
+# a comment
+; another
+[daemon]
+interfaces = pl0, pl1
+local_ips = 198.18.0.1,fd00::1
+port_kind = af_xdp
+udp_port = 5000
+control_port = 0
+control_bind = 127.0.0.1
+socket = /tmp/x/m.sock   # trailing comment
+socket_group = root
+workers = 2
+cpus = 0,2-3
+log_format = json
+
+[limits]
+max_connections = 10
+max_paths = 16
+max_memory = 64M
+
+[paths]
+rotation_holddown_ms = 7
+degraded_hold_ms = 0
+rotations_per_second = 2.5
+rotation_burst = 3
+)");
+  ASSERT_TRUE(c.ok()) << ::testing::PrintToString(c.errors);
+  const Config& k = c.config;
+  EXPECT_THAT(k.daemon.interfaces, ElementsAre("pl0", "pl1"));
+  EXPECT_THAT(k.daemon.local_ips, ElementsAre("198.18.0.1", "fd00::1"));
+  EXPECT_EQ(k.daemon.udp_port, 5000);
+  EXPECT_EQ(k.daemon.control_port, 0);
+  EXPECT_EQ(k.daemon.control_bind, "127.0.0.1");
+  EXPECT_EQ(k.daemon.socket, "/tmp/x/m.sock");
+  EXPECT_EQ(k.daemon.socket_group, "root");
+  EXPECT_EQ(k.daemon.workers, 2);
+  EXPECT_THAT(k.daemon.cpus, ElementsAre(0, 2, 3));
+  EXPECT_EQ(k.daemon.log_format, LogFormat::kJson);
+  EXPECT_EQ(k.limits.max_connections, 10u);
+  EXPECT_EQ(k.limits.max_paths, 16);
+  EXPECT_EQ(k.limits.max_memory_bytes, uint64_t{64} << 20);
+  EXPECT_EQ(k.paths.rotation_holddown_ms, 7u);
+  EXPECT_EQ(k.paths.degraded_hold_ms, 0u);
+  EXPECT_EQ(k.paths.rotations_per_second, 2.5);
+  EXPECT_EQ(k.paths.rotation_burst, 3u);
+}
+
+TEST(Config, UdpPortKindAndQuotedValues) {
+  LoadedConfig c = Parse("[daemon]\ninterfaces = \"pl0\"\nport_kind = udp\r\n");
+  ASSERT_TRUE(c.ok()) << ::testing::PrintToString(c.errors);
+  EXPECT_EQ(c.config.daemon.port_kind, PortKindSetting::kUdp);
+  EXPECT_THAT(c.config.daemon.interfaces, ElementsAre("pl0"));
+}
+
+TEST(Config, EmptyOptionalValuesMeanNone) {
+  LoadedConfig c = Parse(WithInterfaces("local_ips =\nsocket_group =\ncpus =\n"));
+  ASSERT_TRUE(c.ok()) << ::testing::PrintToString(c.errors);
+  EXPECT_THAT(c.config.daemon.local_ips, IsEmpty());
+}
+
+TEST(Config, UnknownKeyNamesFileLineAndSection) {
+  LoadedConfig c = Parse(WithInterfaces("\n\n\n\nworkrs = 2\n"));
+  EXPECT_EQ(OnlyError(c),
+            "metaroced.conf:7: unknown key 'workrs' in [daemon] (did you mean 'workers'?)");
+}
+
+TEST(Config, UnknownKeyWithoutNearMiss) {
+  LoadedConfig c = Parse(WithInterfaces("colour = blue\n"));
+  EXPECT_EQ(OnlyError(c), "metaroced.conf:3: unknown key 'colour' in [daemon]");
+}
+
+TEST(Config, KeyInTheWrongSection) {
+  LoadedConfig c = Parse(WithInterfaces("max_paths = 8\n"));
+  EXPECT_EQ(OnlyError(c),
+            "metaroced.conf:3: unknown key 'max_paths' in [daemon]: it belongs in [limits]");
+}
+
+TEST(Config, UnknownSectionIsReportedOnceNotItsKeys) {
+  LoadedConfig c = Parse(WithInterfaces("[tuning]\na = 1\nb = 2\n[limits]\nmax_paths = 8\n"));
+  EXPECT_EQ(OnlyError(c),
+            "metaroced.conf:3: unknown section [tuning]: expected [daemon], [limits] or [paths]");
+}
+
+TEST(Config, SyntaxErrors) {
+  LoadedConfig c = Parse("workers = 1\n[daemon\ninterfaces = pl0\n[daemon]\njust words\n");
+  EXPECT_THAT(c.errors,
+              ElementsAre("metaroced.conf:1: key 'workers' before any section: put it under "
+                          "[daemon], [limits] or [paths]",
+                          "metaroced.conf:2: malformed section header '[daemon': expected "
+                          "[daemon], [limits] or [paths]",
+                          "metaroced.conf:5: expected 'key = value', got 'just words'",
+                          // interfaces (line 3) sat under the malformed header
+                          "no interfaces: set interfaces = IF[,IF...] in [daemon] of "
+                          "metaroced.conf, or give --interface IF[,IF...] (one per plane)"));
+}
+
+TEST(Config, RepeatedKey) {
+  LoadedConfig c = Parse(WithInterfaces("workers = 1\nworkers = 2\n"));
+  EXPECT_EQ(OnlyError(c), "metaroced.conf:4: workers set again (first at line 3)");
+}
+
+TEST(Config, EmptyRequiredValue) {
+  LoadedConfig c = Parse(WithInterfaces("udp_port =\n"));
+  EXPECT_EQ(OnlyError(c),
+            "metaroced.conf:3: udp_port: empty value (remove the line for the default)");
+}
+
+// Every bad value: key, line and reason.
+TEST(Config, BadValues) {
+  struct Case {
+    std::string line;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"udp_port = 70000", "udp_port: 70000 is not in 1..65535"},
+      {"udp_port = 0", "udp_port: 0 is not in 1..65535"},
+      {"udp_port = http", "udp_port: 'http' is not an integer in 1..65535"},
+      {"control_port = 65536", "control_port: 65536 is not in 0..65535"},
+      {"control_bind = any", "control_bind: 'any' is not an IP address (0.0.0.0: every address)"},
+      {"port_kind = dpdk", "port_kind: 'dpdk' is not one of af_xdp, udp"},
+      {"local_ips = 198.18.0.300", "local_ips: '198.18.0.300' is not an IP address"},
+      {"socket = run/m.sock", "socket: 'run/m.sock' is not an absolute path"},
+      {"socket = /" + std::string(120, 'x'),
+       "socket: '/" + std::string(120, 'x') +
+           "' is longer than 107 bytes (the limit of a Unix socket path)"},
+      {"socket_group = no-such-group-metaroce",
+       "socket_group: no group 'no-such-group-metaroce': create it (groupadd "
+       "no-such-group-metaroce) or remove socket_group"},
+      {"workers = 0", "workers: 0 is not in 1..64"},
+      {"workers = 65", "workers: 65 is not in 1..64"},
+      {"cpus = 0,,1", "cpus: empty entry in '0,,1'"},
+      {"cpus = 3-1", "cpus: range '3-1' runs backwards"},
+      {"cpus = a", "cpus: 'a' is not an integer in 0..4095"},
+      {"log_format = xml", "log_format: 'xml' is not one of text, json"},
+  };
+  for (const Case& k : cases) {
+    LoadedConfig c = Parse("[daemon]\ninterfaces = pl0\n" + k.line + "\n");
+    EXPECT_EQ(OnlyError(c), "metaroced.conf:3: " + k.error) << k.line;
+  }
+  const std::vector<Case> interfaces = {
+      {"interfaces = pl0,pl0", "interfaces: pl0 appears twice"},
+      {"interfaces = a/b", "interfaces: 'a/b' is not an interface name"},
+      {"interfaces = abcdefghijklmnop", "interfaces: 'abcdefghijklmnop' is longer than 15 characters"},
+      {"interfaces = pl0,", "interfaces: empty entry in 'pl0,'"},
+  };
+  for (const Case& k : interfaces) {
+    LoadedConfig c = Parse("[daemon]\n" + k.line + "\n");
+    ASSERT_FALSE(c.errors.empty()) << k.line;
+    EXPECT_EQ(c.errors.front(), "metaroced.conf:2: " + k.error) << k.line;
+  }
+  const std::vector<Case> limits = {
+      {"max_connections = 0", "max_connections: 0 is not in 1..1048576"},
+      {"max_paths = 257", "max_paths: 257 is not in 1..256"},
+      {"max_memory = lots", "max_memory: 'lots' is not a byte count (e.g. 1G; K/M/G suffixes)"},
+      {"max_memory = 1K", "max_memory: 1K is below 1M"},
+  };
+  for (const Case& k : limits) {
+    LoadedConfig c = Parse(WithInterfaces("[limits]\n" + k.line + "\n"));
+    EXPECT_EQ(OnlyError(c), "metaroced.conf:4: " + k.error) << k.line;
+  }
+  const std::vector<Case> paths = {
+      {"rotation_holddown_ms = 60001", "rotation_holddown_ms: 60001 is not in 0..60000"},
+      {"degraded_hold_ms = -1", "degraded_hold_ms: '-1' is not an integer in 0..60000"},
+      {"rotations_per_second = 0", "rotations_per_second: '0' is not a number in (0, 1000000]"},
+      {"rotations_per_second = nan", "rotations_per_second: 'nan' is not a number in (0, 1000000]"},
+      {"rotation_burst = 0", "rotation_burst: 0 is not in 1..1024"},
+  };
+  for (const Case& k : paths) {
+    LoadedConfig c = Parse(WithInterfaces("[paths]\n" + k.line + "\n"));
+    EXPECT_EQ(OnlyError(c), "metaroced.conf:4: " + k.error) << k.line;
+  }
+}
+
+TEST(Config, EveryErrorIsReportedNotOnlyTheFirst) {
+  LoadedConfig c = Parse(WithInterfaces("udp_port = 0\nworkers = 0\n[limits]\nmax_paths = 0\n"));
+  EXPECT_EQ(c.errors.size(), 3u);
+}
+
+TEST(Config, InterfacesAreRequired) {
+  LoadedConfig c = Parse("[daemon]\nworkers = 1\n");
+  EXPECT_EQ(OnlyError(c),
+            "no interfaces: set interfaces = IF[,IF...] in [daemon] of metaroced.conf, or give "
+            "--interface IF[,IF...] (one per plane)");
+}
+
+TEST(Config, OneLocalIpPerInterface) {
+  LoadedConfig c = Parse("[daemon]\ninterfaces = pl0,pl1\nlocal_ips = 198.18.0.1\n");
+  EXPECT_EQ(OnlyError(c),
+            "metaroced.conf:3: local_ips: 1 address(es) for 2 interface(s): give one per "
+            "interface, in the same order");
+}
+
+TEST(Config, UdpPortsRunOneWorker) {
+  LoadedConfig c = Parse(WithInterfaces("port_kind = udp\nworkers = 2\n"));
+  EXPECT_EQ(OnlyError(c),
+            "metaroced.conf:4: workers: port_kind udp runs one worker (every port binds "
+            "udp_port): set workers = 1");
+}
+
+TEST(Config, OverridesWinOverTheFile) {
+  LoadedConfig c = Parse(WithInterfaces("workers = 2\nlog_format = json\n"),
+                         {{"--interface", "interfaces", "eth1,eth2"},
+                          {"--workers", "workers", "4"},
+                          {"--socket", "socket", "/tmp/t.sock"}});
+  ASSERT_TRUE(c.ok()) << ::testing::PrintToString(c.errors);
+  EXPECT_THAT(c.config.daemon.interfaces, ElementsAre("eth1", "eth2"));
+  EXPECT_EQ(c.config.daemon.workers, 4);
+  EXPECT_EQ(c.config.daemon.socket, "/tmp/t.sock");
+  EXPECT_EQ(c.config.daemon.log_format, LogFormat::kJson);  // untouched by the flags
+}
+
+TEST(Config, BadOverrideNamesTheFlag) {
+  LoadedConfig c = Parse(WithInterfaces(), {{"--workers", "workers", "0"}});
+  EXPECT_EQ(OnlyError(c), "--workers: 0 is not in 1..64");
+}
+
+TEST(Config, OverrideSuppliesTheInterfaces) {
+  LoadedConfig c = Parse("", {{"--interface", "interfaces", "pl0"}});
+  EXPECT_TRUE(c.ok());
+}
+
+TEST(Config, LocalIpMismatchNamesTheFlag) {
+  LoadedConfig c = Parse(WithInterfaces(), {{"--local-ip", "local_ips", "1.2.3.4,1.2.3.5"}});
+  EXPECT_EQ(OnlyError(c),
+            "--local-ip: local_ips: 2 address(es) for 1 interface(s): give one per interface, "
+            "in the same order");
+}
+
+class ConfigFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/metaroced_config_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    unlink((dir_ + "/metaroced.conf").c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string Write(absl::string_view text) {
+    const std::string path = dir_ + "/metaroced.conf";
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(ConfigFile, ReadsTheFileAndNamesItInErrors) {
+  const std::string path = Write("[daemon]\ninterfaces = pl0\nworkers = x\n");
+  LoadedConfig c = LoadConfig({.path = path, .path_required = true});
+  EXPECT_EQ(OnlyError(c), path + ":3: workers: 'x' is not an integer in 1..64");
+}
+
+TEST_F(ConfigFile, MissingDefaultFileIsFine) {
+  LoadedConfig c = LoadConfig({.path = dir_ + "/absent.conf",
+                               .path_required = false,
+                               .overrides = {{"--interface", "interfaces", "pl0"}}});
+  ASSERT_TRUE(c.ok()) << ::testing::PrintToString(c.errors);
+  EXPECT_EQ(c.config.path, "");
+  EXPECT_EQ(c.config.daemon.workers, 1);
+}
+
+TEST_F(ConfigFile, MissingDefaultFileWithoutInterfaces) {
+  LoadedConfig c = LoadConfig({.path = dir_ + "/absent.conf", .path_required = false});
+  EXPECT_THAT(OnlyError(c), HasSubstr("no interfaces: give --interface IF[,IF...]"));
+}
+
+TEST_F(ConfigFile, MissingGivenFileIsAnError) {
+  LoadedConfig c = LoadConfig({.path = dir_ + "/absent.conf", .path_required = true});
+  EXPECT_EQ(OnlyError(c),
+            dir_ + "/absent.conf: cannot read: No such file or directory (check --config)");
+}
+
+TEST_F(ConfigFile, TheInstalledExampleIsValidOnceInterfacesAreGiven) {
+  const std::string example = std::string(METAROCE_SOURCE_ROOT) + "/daemon/metaroced.conf";
+  LoadedConfig bare = LoadConfig({.path = example, .path_required = true});
+  EXPECT_THAT(OnlyError(bare), HasSubstr("no interfaces"));
+  LoadedConfig c = LoadConfig({.path = example,
+                               .path_required = true,
+                               .overrides = {{"--interface", "interfaces", "pl0"}}});
+  EXPECT_TRUE(c.ok()) << ::testing::PrintToString(c.errors);
+  // Every key is documented in it (commented out, with its default).
+  std::ifstream in(example);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const ConfigKeyInfo& k : ConfigKeys()) {
+    EXPECT_THAT(text, HasSubstr("#" + std::string(k.key) + " =")) << k.key;
+  }
+}
+
+// ---- reload ----
+
+TEST(ConfigReload, DiffListsChangedKeysAndWhichAreReloadable) {
+  Config a = Parse(WithInterfaces("workers = 1\n[limits]\nmax_connections = 10\n")).config;
+  Config b = Parse("[daemon]\ninterfaces = pl0,pl1\nworkers = 1\nlog_format = json\n"
+                   "[limits]\nmax_connections = 20\n[paths]\nrotation_burst = 4\n")
+                 .config;
+  std::vector<ConfigChange> changes = DiffConfig(a, b);
+  ASSERT_EQ(changes.size(), 4u);
+  EXPECT_EQ(changes[0].key, "interfaces");
+  EXPECT_EQ(changes[0].from, "pl0");
+  EXPECT_EQ(changes[0].to, "pl0,pl1");
+  EXPECT_FALSE(changes[0].reloadable);
+  EXPECT_EQ(changes[1].key, "log_format");
+  EXPECT_TRUE(changes[1].reloadable);
+  EXPECT_EQ(changes[2].key, "max_connections");
+  EXPECT_EQ(changes[2].from, "10");
+  EXPECT_EQ(changes[2].to, "20");
+  EXPECT_TRUE(changes[2].reloadable);
+  EXPECT_EQ(changes[3].key, "rotation_burst");
+  EXPECT_TRUE(changes[3].reloadable);
+  EXPECT_TRUE(DiffConfig(a, a).empty());
+}
+
+TEST(ConfigReload, ReloadableKeysAreLimitsPathsAndLogFormat) {
+  std::set<std::string> reloadable;
+  for (const ConfigKeyInfo& k : ConfigKeys()) {
+    if (k.reloadable) reloadable.insert(std::string(k.key));
+    EXPECT_EQ(k.reloadable, k.section != "daemon" || k.key == "log_format") << k.key;
+  }
+  EXPECT_EQ(reloadable.size(), 8u);
+}
+
+// ApplyReloadable takes exactly the keys marked reloadable: a config that differs in every key
+// keeps the running value of each non-reloadable one.
+TEST(ConfigReload, ApplyReloadableTakesExactlyTheReloadableKeys) {
+  Config running = Parse(WithInterfaces()).config;
+  Config next = Parse(R"([daemon]
+interfaces = eth9
+local_ips = 10.0.0.1
+port_kind = udp
+udp_port = 1
+control_port = 2
+control_bind = 127.0.0.1
+socket = /tmp/other.sock
+socket_group = root
+workers = 1
+cpus = 1
+log_format = json
+[limits]
+max_connections = 1
+max_paths = 1
+max_memory = 2M
+[paths]
+rotation_holddown_ms = 1
+degraded_hold_ms = 1
+rotations_per_second = 1
+rotation_burst = 1
+)").config;
+  next.daemon.workers = 3;  // differs too (udp allows only 1 in a file)
+  const Config merged = ApplyReloadable(running, next);
+  for (const ConfigKeyInfo& k : ConfigKeys()) {
+    const std::string expected = FormatConfigValue(k.reloadable ? next : running, k.key);
+    EXPECT_EQ(FormatConfigValue(merged, k.key), expected) << k.key;
+    EXPECT_NE(FormatConfigValue(running, k.key), FormatConfigValue(next, k.key))
+        << k.key << ": make the test's `next` differ in this key";
+  }
+}
+
+}  // namespace
+}  // namespace metaroce::daemon
