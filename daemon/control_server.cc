@@ -140,10 +140,14 @@ std::vector<gid_t> ParseStatusGroups(absl::string_view proc_status) {
 // ---- the server -------------------------------------------------------------------------------
 
 struct ControlServer::Client {
+  uint64_t id = 0;
   int fd = -1;
   PeerCred cred;
   control::LineBuffer in;
   std::string out;             // responses not yet written
+  uint64_t out_sent = 0;       // stream bytes written so far (out[0] is at this offset)
+  // Descriptors to send with the byte at a stream offset (a response's first byte).
+  std::deque<std::pair<uint64_t, std::vector<int>>> out_fds;
   uint64_t received = 0;       // stream bytes received so far
   uint64_t consumed = 0;       // stream bytes of the lines taken from `in` so far
   std::deque<std::pair<uint64_t, int>> fds;  // (stream offset they came with, fd)
@@ -416,6 +420,7 @@ void ControlServer::AddClient(int fd) {
     return;
   }
   auto c = std::make_unique<Client>();
+  c->id = next_client_id_++;
   c->fd = fd;
   c->cred = cred;
   clients_.push_back(std::move(c));
@@ -485,6 +490,7 @@ void ControlServer::ProcessLines(Client& c) {
 std::string ControlServer::HandleLine(Client& c, const std::string& line, uint64_t begin,
                                       uint64_t end) {
   ClientInfo info;
+  info.client_id = c.id;
   info.pid = c.cred.pid;
   info.uid = c.cred.uid;
   info.gid = c.cred.gid;
@@ -524,18 +530,41 @@ std::string ControlServer::HandleLine(Client& c, const std::string& line, uint64
   for (int fd : info.fds) {
     if (fd >= 0) close(fd);
   }
+  if (!info.reply_fds.empty()) {
+    if (response.status.ok()) {
+      // The response is appended to `out` next: its first byte is at this stream offset.
+      c.out_fds.emplace_back(c.out_sent + c.out.size(), std::move(info.reply_fds));
+    } else {
+      for (int fd : info.reply_fds) close(fd);
+    }
+  }
   return control::SerializeResponse(response);
 }
 
 void ControlServer::Flush(Client& c) {
   while (!c.out.empty()) {
-    const ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    // Descriptors travel with the first byte of their response: a send stops short of the next
+    // response that has some, and that one goes with sendmsg.
+    const bool with_fds = !c.out_fds.empty() && c.out_fds.front().first == c.out_sent;
+    size_t size = c.out.size();
+    const size_t next = with_fds ? 1 : 0;
+    if (c.out_fds.size() > next) {
+      size = std::min<uint64_t>(size, c.out_fds[next].first - c.out_sent);
+    }
+    const ssize_t n = with_fds ? control::SendWithFds(c.fd, c.out.data(), size, c.out_fds.front().second,
+                                                     MSG_DONTWAIT)
+                               : send(c.fd, c.out.data(), size, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) c.dead = true;  // EPIPE, ECONNRESET
       return;
     }
+    if (with_fds && n > 0) {
+      for (int fd : c.out_fds.front().second) close(fd);
+      c.out_fds.pop_front();
+    }
     c.out.erase(0, static_cast<size_t>(n));
+    c.out_sent += static_cast<uint64_t>(n);
   }
 }
 
@@ -548,8 +577,14 @@ void ControlServer::Drop(Client& c, absl::string_view why) {
 void ControlServer::CloseClient(Client& c) {
   for (auto& [offset, fd] : c.fds) close(fd);
   c.fds.clear();
-  if (c.fd >= 0) close(c.fd);
+  for (auto& [offset, fds] : c.out_fds) {
+    for (int fd : fds) close(fd);
+  }
+  c.out_fds.clear();
+  const bool was_open = c.fd >= 0;
+  if (was_open) close(c.fd);
   c.fd = -1;
+  if (was_open && on_disconnect_) on_disconnect_(c.id);
 }
 
 }  // namespace metaroce::daemon

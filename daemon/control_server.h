@@ -55,6 +55,7 @@ namespace metaroce::daemon {
 
 // Who sent a request, and the file descriptors that came with it.
 struct ClientInfo {
+  uint64_t client_id = 0;  // this control connection; unique for the server's life, never reused
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
@@ -63,6 +64,10 @@ struct ClientInfo {
   mutable std::vector<int> fds;
   // The i-th descriptor, now owned by the caller; -1 when there is none or it was taken.
   int TakeFd(size_t i) const;
+  // Descriptors to send with a successful response (SCM_RIGHTS, with its first byte), given to
+  // the server: it closes them once sent, with an error response instead, or when the client is
+  // gone.
+  mutable std::vector<int> reply_fds;
 };
 
 using ControlHandler = std::function<absl::StatusOr<control::Json>(const control::Json& params,
@@ -109,6 +114,10 @@ class ControlServer {
 
   // Replaces an earlier handler of the method. Any thread, before or after Start().
   void Register(std::string method, ControlHandler handler);
+  // Called with a client's id once its connection is closed (EOF, error, dropped, or Stop()),
+  // on the server thread (in Stop(), after it ended): what the client made can go. Set before
+  // Start().
+  void OnDisconnect(std::function<void(uint64_t client_id)> fn) { on_disconnect_ = std::move(fn); }
   void Unregister(absl::string_view method);
 
   // Creates the socket and starts the server thread. FailedPrecondition when another daemon
@@ -149,6 +158,8 @@ class ControlServer {
   std::atomic<bool> stop_{false};
   std::atomic<size_t> client_count_{0};
   std::vector<std::unique_ptr<Client>> clients_;  // server thread only (and Stop after join)
+  uint64_t next_client_id_ = 1;                   // server thread only
+  std::function<void(uint64_t)> on_disconnect_;
   std::thread thread_;
 
   absl::Mutex handlers_mu_;

@@ -225,22 +225,6 @@ absl::Status ConnectBefore(int fd, const sockaddr_un& addr, const std::string& p
 }
 
 // sendmsg() of the first chunk with the descriptors attached (SCM_RIGHTS).
-ssize_t SendWithFds(int fd, const char* data, size_t size, std::span<const int> fds) {
-  iovec iov{const_cast<char*>(data), size};
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()), 0);
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.data();
-  msg.msg_controllen = control.size();
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-  std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
-  return sendmsg(fd, &msg, MSG_NOSIGNAL);
-}
-
 }  // namespace
 
 std::string_view ErrorCodeName(absl::StatusCode code) {
@@ -426,6 +410,25 @@ absl::StatusOr<Json> Client::Call(std::string_view method, Json params) {
 
 absl::StatusOr<Json> Client::CallWithFds(std::string_view method, Json params,
                                          std::span<const int> fds) {
+  std::vector<int> received;
+  absl::StatusOr<Json> result = CallWithFds(method, std::move(params), fds, &received);
+  for (int fd : received) close(fd);  // nobody asked for them
+  return result;
+}
+
+absl::StatusOr<Json> Client::CallWithFds(std::string_view method, Json params,
+                                         std::span<const int> fds,
+                                         std::vector<int>* received_fds) {
+  for (int fd : received_fds_) close(fd);  // strays of an earlier call that gave up
+  received_fds_.clear();
+  absl::StatusOr<Json> result = Exchange(method, std::move(params), fds);
+  received_fds->insert(received_fds->end(), received_fds_.begin(), received_fds_.end());
+  received_fds_.clear();
+  return result;
+}
+
+absl::StatusOr<Json> Client::Exchange(std::string_view method, Json params,
+                                      std::span<const int> fds) {
   if (fd_ < 0) return absl::FailedPreconditionError("control client is not connected");
   if (params.is_null()) params = Json::MakeObject();
   if (!params.is_object()) {
@@ -473,7 +476,12 @@ absl::StatusOr<Json> Client::AwaitResponse(uint64_t id, std::string_view method)
                                               ": ", response.status().message()));
     }
     if (response->id == 0 && !response->status.ok()) return response->status;
-    if (id == 0 || response->id != id) continue;
+    if (id == 0 || response->id != id) {
+      // A late answer to a call that gave up: descriptors that came with it are not ours.
+      for (int fd : received_fds_) close(fd);
+      received_fds_.clear();
+      continue;
+    }
     if (!response->status.ok()) return response->status;
     return std::move(response->result);
   }
@@ -491,7 +499,7 @@ absl::Status Client::SendLine(const std::string& line, std::span<const int> fds)
   while (sent < line.size()) {
     const char* data = line.data() + sent;
     const size_t size = line.size() - sent;
-    const ssize_t n = fds_pending ? SendWithFds(fd_, data, size, fds)
+    const ssize_t n = fds_pending ? SendWithFds(fd_, data, size, fds, 0)
                                   : send(fd_, data, size, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<size_t>(n);
@@ -517,7 +525,7 @@ absl::StatusOr<std::string> Client::ReadLine() {
     if (std::optional<std::string> line = in_.NextLine()) return *std::move(line);
     if (absl::Status st = WaitFor(fd_, POLLIN, deadline_ns_); !st.ok()) return st;
     char buf[65536];
-    const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+    const ssize_t n = ReceiveWithFds(fd_, buf, sizeof buf, &received_fds_);
     if (n > 0) {
       absl::Status st = in_.Append(std::span<const char>(buf, static_cast<size_t>(n)));
       if (!st.ok()) {
@@ -531,6 +539,44 @@ absl::StatusOr<std::string> Client::ReadLine() {
     if (err == ECONNRESET) return absl::UnavailableError("metaroced closed the connection");
     return absl::UnavailableError(absl::StrCat("cannot read from metaroced: ", strerror(err)));
   }
+}
+
+ssize_t SendWithFds(int fd, const char* data, size_t size, std::span<const int> fds, int flags) {
+  iovec iov{const_cast<char*>(data), size};
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()), 0);
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
+  return sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
+}
+
+ssize_t ReceiveWithFds(int fd, char* data, size_t size, std::vector<int>* fds) {
+  iovec iov{data, size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int received = -1;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds->push_back(received);
+    }
+  }
+  return n;
 }
 
 }  // namespace metaroce::control

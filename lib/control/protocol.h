@@ -16,12 +16,15 @@
 // response becomes a Status of the code it named, with its message.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -63,6 +66,13 @@ absl::StatusOr<Response> ParseResponse(std::string_view line);
 std::string SerializeRequest(const Request& request);
 std::string SerializeResponse(const Response& response);
 
+// Stream-socket I/O with descriptors (SCM_RIGHTS): sendmsg() of `size` bytes with `fds`
+// attached to the first (MSG_NOSIGNAL | flags), and recvmsg() that appends the descriptors that
+// came with the bytes to *fds (close-on-exec; at most 253 per message). Both return what
+// sendmsg/recvmsg return, errno set on failure.
+ssize_t SendWithFds(int fd, const char* data, size_t size, std::span<const int> fds, int flags);
+ssize_t ReceiveWithFds(int fd, char* data, size_t size, std::vector<int>* fds);
+
 // Reassembles lines from a byte stream.
 class LineBuffer {
  public:
@@ -100,18 +110,24 @@ class Client {
   // region). The daemon takes its own duplicates; the caller keeps ownership of `fds`.
   absl::StatusOr<Json> CallWithFds(std::string_view method, Json params,
                                    std::span<const int> fds);
+  // Same, also collecting the descriptors the daemon sent with its response (SCM_RIGHTS) into
+  // *received_fds: the caller owns them, also when the call fails after they arrived.
+  absl::StatusOr<Json> CallWithFds(std::string_view method, Json params,
+                                   std::span<const int> fds, std::vector<int>* received_fds);
   int fd() const { return fd_; }
 
  private:
   Client(int fd, absl::Duration timeout) : fd_(fd), timeout_(timeout) {}
   absl::Status SendLine(const std::string& line, std::span<const int> fds);
   absl::StatusOr<std::string> ReadLine();
+  absl::StatusOr<Json> Exchange(std::string_view method, Json params, std::span<const int> fds);
   absl::StatusOr<Json> AwaitResponse(uint64_t id, std::string_view method);
   absl::Status Explain(const absl::Status& status, std::string_view method) const;
 
   int fd_ = -1;
   absl::Duration timeout_;
   int64_t deadline_ns_ = 0;  // CLOCK_MONOTONIC: when the call in progress gives up
+  std::vector<int> received_fds_;  // arrived during the call in progress
   uint64_t next_id_ = 1;
   LineBuffer in_;
 };

@@ -367,6 +367,84 @@ TEST_F(ControlServerTest, LibraryClientInterop) {
   close(p[1]);
 }
 
+// Descriptors a handler gives back travel with its response, and reach lib/control's Client.
+TEST_F(ControlServerTest, ReplyDescriptorsReachTheClient) {
+  ControlServerOptions o = Options();
+  server_ = std::make_unique<ControlServer>(std::move(o));
+  server_->Register("test.give", [](const Json& params, const ClientInfo& c) -> absl::StatusOr<Json> {
+    for (uint64_t i = 0; i < params.Find("count")->AsUint().value_or(0); ++i) {
+      int p[2];
+      if (pipe2(p, O_CLOEXEC) != 0) return absl::InternalError("pipe");
+      const std::string text = absl::StrCat("pipe ", i);
+      if (write(p[1], text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+        return absl::InternalError("write");
+      }
+      close(p[1]);
+      c.reply_fds.push_back(p[0]);
+    }
+    return Json::MakeObject();
+  });
+  server_->Register("test.refuse_with_fds",
+                    [](const Json&, const ClientInfo& c) -> absl::StatusOr<Json> {
+                      c.reply_fds.push_back(dup(0));
+                      return absl::FailedPreconditionError("no");
+                    });
+  ASSERT_TRUE(server_->Start().ok());
+  absl::StatusOr<control::Client> client = control::Client::Connect(path_, absl::Seconds(5));
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (uint64_t count : {1u, 3u, 0u, 2u}) {  // responses with and without descriptors in a row
+    Json params = Json::MakeObject();
+    params["count"] = count;
+    std::vector<int> got;
+    absl::StatusOr<Json> r = client->CallWithFds("test.give", params, {}, &got);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(got.size(), count);
+    for (uint64_t i = 0; i < count; ++i) {
+      char buf[16] = {};
+      EXPECT_EQ(read(got[i], buf, sizeof buf), static_cast<ssize_t>(absl::StrCat("pipe ", i).size()));
+      EXPECT_EQ(std::string(buf), absl::StrCat("pipe ", i));
+      close(got[i]);
+    }
+  }
+  std::vector<int> got;
+  EXPECT_EQ(client->CallWithFds("test.refuse_with_fds", Json::MakeObject(), {}, &got).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(got.empty());  // an error response carries none
+}
+
+TEST_F(ControlServerTest, EachConnectionHasItsIdAndItsCloseIsReported) {
+  server_ = std::make_unique<ControlServer>(Options());
+  server_->Register("test.id", [](const Json&, const ClientInfo& c) -> absl::StatusOr<Json> {
+    Json j = Json::MakeObject();
+    j["id"] = c.client_id;
+    return j;
+  });
+  absl::Mutex mu;
+  std::vector<uint64_t> closed;
+  server_->OnDisconnect([&](uint64_t id) {
+    absl::MutexLock lock(&mu);
+    closed.push_back(id);
+  });
+  ASSERT_TRUE(server_->Start().ok());
+  uint64_t first = 0, second = 0;
+  {
+    RawClient a(path_), b(path_);
+    first = *a.Call(Request(1, "test.id")).result.Find("id")->AsUint();
+    second = *b.Call(Request(1, "test.id")).result.Find("id")->AsUint();
+    EXPECT_EQ(*a.Call(Request(2, "test.id")).result.Find("id")->AsUint(), first);
+  }
+  EXPECT_NE(first, second);
+  for (int i = 0; i < 500; ++i) {
+    {
+      absl::MutexLock lock(&mu);
+      if (closed.size() == 2) break;
+    }
+    usleep(1000);
+  }
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(closed, ::testing::UnorderedElementsAre(first, second));
+}
+
 TEST_F(ControlServerTest, HalfClosedClientStillGetsItsResponse) {
   StartServer();
   RawClient c(path_);
