@@ -395,12 +395,44 @@ void ConnectionManager::MarkGone(ManagedConnection& mc, std::string why) {
                             "; outstanding work flushed"));
 }
 
-void ConnectionManager::SendHeartbeats() {
-  for (auto& [id, mc] : table_) {
-    if (mc->link.fd() < 0) continue;
-    absl::Status s = mc->link.SendMessage(Bytes(kHeartbeat), absl::Now() + kLinkIo);
-    if (!s.ok()) MarkGone(*mc, absl::StrCat("peer daemon unreachable (", s.message(), ")"));
+std::vector<std::unique_ptr<ManagedConnection>> ConnectionManager::SendHeartbeats() {
+  std::vector<std::unique_ptr<ManagedConnection>> closed;
+  for (auto it = table_.begin(); it != table_.end();) {
+    ManagedConnection& mc = *it->second;
+    if (mc.link.fd() < 0 ||
+        mc.link.SendMessage(Bytes(kHeartbeat), absl::Now() + kLinkIo).ok()) {
+      ++it;
+      continue;
+    }
+    // The peer closed its end: after a goodbye still unread (conn.del right after conn.add
+    // races our heartbeat), or without one (it is gone).
+    if (ReadLink(mc) == LinkMessage::kGoodbye) {
+      closed.push_back(std::move(it->second));
+      it = table_.erase(it);
+      continue;
+    }
+    MarkGone(mc, "peer daemon unreachable (it closed the connection's link)");
+    ++it;
   }
+  return closed;
+}
+
+ConnectionManager::LinkMessage ConnectionManager::ReadLink(ManagedConnection& mc) {
+  absl::StatusOr<std::vector<std::byte>> m = mc.link.ReceiveMessage(absl::Now() + kLinkIo);
+  if (!m.ok()) {
+    MarkGone(mc, absl::StrCat("peer daemon gone (", m.status().message(), ")"));
+    return LinkMessage::kGone;
+  }
+  const std::string_view text(reinterpret_cast<const char*>(m->data()), m->size());
+  if (text != kGoodbye) {
+    mc.last_heard = absl::Now();
+    return LinkMessage::kHeartbeat;
+  }
+  // The peer deleted its side: ours goes too.
+  options_.log(absl::StrCat("connection ", mc.id, " to ", mc.peer, " deleted by the peer"));
+  mc.link = api::ExchangeSocket();
+  mc.conn->Abort().IgnoreError();
+  return LinkMessage::kGoodbye;
 }
 
 void ConnectionManager::ServeLinks(absl::Duration wait) {
@@ -427,24 +459,10 @@ void ConnectionManager::ServeLinks(absl::Duration wait) {
       if (fds[i].revents == 0) continue;
       auto it = table_.find(ids[i]);
       if (it == table_.end() || it->second->link.fd() != fds[i].fd) continue;  // deleted meanwhile
-      ManagedConnection& mc = *it->second;
-      absl::StatusOr<std::vector<std::byte>> m = mc.link.ReceiveMessage(absl::Now() + kLinkIo);
-      if (!m.ok()) {
-        MarkGone(mc, absl::StrCat("peer daemon gone (", m.status().message(), ")"));
-        continue;
-      }
-      const std::string_view text(reinterpret_cast<const char*>(m->data()), m->size());
-      if (text == kGoodbye) {
-        // The peer deleted its side: ours goes too.
-        options_.log(absl::StrCat("connection ", mc.id, " to ", mc.peer,
-                                  " deleted by the peer"));
-        mc.link = api::ExchangeSocket();
-        mc.conn->Abort().IgnoreError();
+      if (ReadLink(*it->second) == LinkMessage::kGoodbye) {
         closed.push_back(std::move(it->second));
         table_.erase(it);
-        continue;
       }
-      mc.last_heard = absl::Now();
     }
   }
   closed.clear();  // destroyed outside the lock
@@ -454,13 +472,14 @@ void ConnectionManager::LivenessLoop() {
   absl::Time next_beat = absl::Now();
   while (!stop_.load()) {
     absl::Duration beat, dead;
+    std::vector<std::unique_ptr<ManagedConnection>> closed;
     {
       absl::MutexLock lock(&mu_);
       beat = options_.heartbeat;
       dead = options_.dead_peer_timeout;
       const absl::Time now = absl::Now();
       if (now >= next_beat) {
-        SendHeartbeats();
+        closed = SendHeartbeats();
         next_beat = now + beat;
       }
       for (auto& [id, mc] : table_) {
@@ -470,6 +489,7 @@ void ConnectionManager::LivenessLoop() {
         }
       }
     }
+    closed.clear();  // destroyed outside the lock
     ServeLinks(std::min(beat, absl::Milliseconds(50)));
   }
 }

@@ -114,7 +114,14 @@ class ConnectionManager {
   // error, until conn.del.
   void MarkGone(ManagedConnection& mc, std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ServeLinks(absl::Duration wait);
-  void SendHeartbeats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Heartbeats every live link; returns the connections whose peer said goodbye meanwhile
+  // (out of the table, to be destroyed outside the lock).
+  std::vector<std::unique_ptr<ManagedConnection>> SendHeartbeats()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  enum class LinkMessage { kHeartbeat, kGoodbye, kGone };
+  // Reads one message from a readable link: a heartbeat (the peer is alive), a goodbye (the
+  // connection is aborted; the caller removes it) or a failure (MarkGone).
+  LinkMessage ReadLink(ManagedConnection& mc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   api::Context& context_;
   ConnectionManagerOptions options_;
