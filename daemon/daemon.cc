@@ -170,6 +170,14 @@ PathPolicy PathPolicyFrom(const PathSettings& paths) {
   return p;
 }
 
+AppLimits AppLimitsFrom(const LimitSettings& limits) {
+  AppLimits l;
+  l.max_connections = limits.max_connections;
+  l.max_paths = limits.max_paths;
+  l.max_memory_bytes = limits.max_memory_bytes;
+  return l;
+}
+
 ConnectionLimits ConnectionLimitsFrom(const LimitSettings& limits) {
   ConnectionLimits l;
   l.max_connections = limits.max_connections;
@@ -188,6 +196,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ConfigSource& source
   if (absl::Status s = d->StartParts(); !s.ok()) {
     d->stopped_ = true;  // undo quietly: nothing was announced
     d->server_.reset();
+    d->apps_.reset();
     if (d->connections_) d->connections_->Stop();
     d->paths_.reset();
     d->connections_.reset();
@@ -227,6 +236,15 @@ absl::Status Daemon::StartParts() {
   connections_ = std::make_unique<ConnectionManager>(*context_, std::move(cm));
   if (absl::Status s = connections_->Start(); !s.ok()) return s;
   paths_ = std::make_unique<PathManager>(*connections_, policy, started_);
+  AppSessionsOptions ao;
+  ao.limits = AppLimitsFrom(c.limits);
+  ao.tuning = policy.Apply(api::HostTuning());
+  ao.started = started_;
+  ao.other_connections = [this] { return connections_->size(); };
+  ao.log = [this](std::string_view line) {
+    log_.Info(absl::string_view(line.data(), line.size()));
+  };
+  apps_ = std::make_unique<AppSessions>(*context_, std::move(ao));
 
   ControlServerOptions so;
   so.path = c.daemon.socket;
@@ -234,6 +252,7 @@ absl::Status Daemon::StartParts() {
   so.log = &log_;
   server_ = std::make_unique<ControlServer>(std::move(so));
   RegisterHandlers();
+  apps_->Serve(*server_);
   if (absl::Status s = server_->Start(); !s.ok()) return s;
 
   std::vector<std::string> planes;
@@ -269,7 +288,7 @@ void Daemon::RegisterHandlers() {
   server_->Register("stat.show", [this](Params p, Client) { return ShowStats(p); });
   server_->Register("conn.add", [this](Params p, Client) { return connections_->Add(p); });
   server_->Register("conn.del", [this](Params p, Client) { return connections_->Delete(p); });
-  server_->Register("conn.show", [this](Params p, Client) { return connections_->Show(p); });
+  server_->Register("conn.show", [this](Params p, Client) { return ShowConnections(p); });
   server_->Register("path.show", [this](Params p, Client) { return paths_->Show(p); });
   server_->Register("path.rotate", [this](Params p, Client) { return paths_->Rotate(p); });
   server_->Register("path.events", [this](Params p, Client) { return paths_->Events(p); });
@@ -343,6 +362,8 @@ void Daemon::Reload() {
   connections_->SetLimits(ConnectionLimitsFrom(merged.limits));
   const PathPolicy policy = PathPolicyFrom(merged.paths);
   connections_->SetTuning(policy.Apply(api::HostTuning()));
+  apps_->SetLimits(AppLimitsFrom(merged.limits));
+  apps_->SetTuning(policy.Apply(api::HostTuning()));
   paths_->SetPolicy(policy);
   log_.Info(absl::StrCat("reloaded ", merged.path.empty() ? "(no config file)" : merged.path,
                          ": ", applied, " change(s) applied, ", ignored,
@@ -355,8 +376,10 @@ void Daemon::Stop() {
   stopped_ = true;
   notifier_.Stopping().IgnoreError();
   if (server_) server_->Stop();  // the socket file goes first: no new requests
+  if (apps_) apps_->CloseAll();  // Stop() closed every session already; nothing is left
   if (connections_) connections_->Stop();
   paths_.reset();
+  apps_.reset();
   connections_.reset();
   server_.reset();
   context_.reset();  // detaches the XDP programs, closes the AF_XDP sockets
@@ -402,7 +425,28 @@ absl::StatusOr<Json> Daemon::ShowDaemon(const Json& params) {
   l["max_paths"] = c.limits.max_paths;
   l["max_memory_bytes"] = c.limits.max_memory_bytes;
   j["connections"] = connections_->size();
+  j["applications"] = apps_->Summary();
   return j;
+}
+
+absl::StatusOr<Json> Daemon::ShowConnections(const Json& params) {
+  std::optional<uint32_t> id;
+  if (const Json* v = params.Find("id"); v != nullptr && !v->is_null()) {
+    std::optional<uint64_t> u = v->AsUint();
+    if (u && *u <= UINT32_MAX) id = static_cast<uint32_t>(*u);
+  }
+  const std::string peer = params.GetStringOr("peer", "").value_or("");
+  if (id && apps_->HasConnection(*id)) {
+    if (absl::Status s = OnlyKeys(params, {"id", "peer"}); !s.ok()) return s;
+    Json out = Json::MakeObject();
+    Json& list = out["connections"] = Json::MakeArray();
+    for (Json& c : apps_->Describe(id, peer)) list.Push(std::move(c));
+    return out;
+  }
+  absl::StatusOr<Json> out = connections_->Show(params);  // validates; NotFound for unknown ids
+  if (!out.ok()) return out;
+  for (Json& c : apps_->Describe(id, peer)) (*out)["connections"].Push(std::move(c));
+  return out;
 }
 
 absl::StatusOr<Json> Daemon::ShowLinks(const Json& params) {

@@ -8,6 +8,8 @@
 //   daemon.show link.show stat.show            here
 //   conn.add conn.del conn.show                ConnectionManager
 //   path.show path.rotate path.events          PathManager
+//   app.attach mem.* mr.* cq.* qp.*            AppSessions (attached applications; conn.show
+//                                              lists their connections too)
 //
 // Start-up (Daemon::Start): preflight checks (daemon/preflight.h), the Context, the connection
 // manager (listening for peer daemons), the path manager, the control socket, then READY=1 to
@@ -36,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/app_session.h"
 #include "daemon/command_line.h"
 #include "daemon/config.h"
 #include "daemon/connection_manager.h"
@@ -61,6 +64,7 @@ PortFeatures FeaturesFromDescriptions(const std::vector<std::string>& descriptio
 // The policy a config's [paths] section sets.
 PathPolicy PathPolicyFrom(const PathSettings& paths);
 ConnectionLimits ConnectionLimitsFrom(const LimitSettings& limits);
+AppLimits AppLimitsFrom(const LimitSettings& limits);
 
 class Daemon {
  public:
@@ -79,6 +83,8 @@ class Daemon {
   absl::StatusOr<control::Json> ShowDaemon(const control::Json& params);
   absl::StatusOr<control::Json> ShowLinks(const control::Json& params);
   absl::StatusOr<control::Json> ShowStats(const control::Json& params);
+  // conn.show: the daemon's connections, then the applications'.
+  absl::StatusOr<control::Json> ShowConnections(const control::Json& params);
 
  private:
   Daemon(const ConfigSource& source, Config config, Logger& log, SdNotifier& notifier);
@@ -103,6 +109,7 @@ class Daemon {
   std::unique_ptr<api::Context> context_;
   std::unique_ptr<ConnectionManager> connections_;
   std::unique_ptr<PathManager> paths_;
+  std::unique_ptr<AppSessions> apps_;
   std::unique_ptr<ControlServer> server_;
 };
 

@@ -1,11 +1,31 @@
 #include "lib/api/connection.h"
 
 #include "absl/strings/str_cat.h"
+#include "lib/api/backend.h"
+#include "lib/engine/doorbell.h"
 #include "lib/engine/engine.h"
 
 namespace metaroce::api {
 
-Connection::~Connection() { engine_.DestroyConnection(local_.conn_id).IgnoreError(); }
+Connection::Connection(std::shared_ptr<engine::ConnectionChannel> channel, WakeTarget wake,
+                       std::unique_ptr<ConnectionControl> control, ConnectionParameters local,
+                       ConnectionParameters peer)
+    : channel_(std::move(channel)),
+      wake_(wake),
+      control_(std::move(control)),
+      local_(std::move(local)),
+      peer_(std::move(peer)) {}
+
+// The connection leaves the engine before its rings may go.
+Connection::~Connection() { control_.reset(); }
+
+void Connection::Wake() const {
+  if (wake_.doorbell != nullptr) {
+    engine::RingDoorbell(*wake_.doorbell, wake_.doorbell_fd);
+  } else {
+    wake_.engine->Wake(wake_.worker);
+  }
+}
 
 absl::Status Connection::PostSend(const SendWorkRequest& wr) {
   if (!channel_->sends.TryPush(wr)) {
@@ -13,7 +33,7 @@ absl::Status Connection::PostSend(const SendWorkRequest& wr) {
         "send queue full (", channel_->sends.capacity(),
         " requests waiting for the engine): poll completions, then post again"));
   }
-  engine_.Wake(channel_->owner());
+  Wake();
   return absl::OkStatus();
 }
 
@@ -23,21 +43,21 @@ absl::Status Connection::PostRecv(const RecvWorkRequest& wr) {
         "receive queue full (", channel_->recvs.capacity(),
         " receives waiting for the engine): poll completions, then post again"));
   }
-  engine_.Wake(channel_->owner());
+  Wake();
   return absl::OkStatus();
 }
 
 size_t Connection::PostSends(std::span<const SendWorkRequest> wrs) {
   size_t n = 0;
   while (n < wrs.size() && channel_->sends.TryPush(wrs[n])) ++n;
-  if (n > 0) engine_.Wake(channel_->owner());
+  if (n > 0) Wake();
   return n;
 }
 
 size_t Connection::PostRecvs(std::span<const RecvWorkRequest> wrs) {
   size_t n = 0;
   while (n < wrs.size() && channel_->recvs.TryPush(wrs[n])) ++n;
-  if (n > 0) engine_.Wake(channel_->owner());
+  if (n > 0) Wake();
   return n;
 }
 
@@ -47,14 +67,12 @@ size_t Connection::PollEvents(std::span<PathEvent> out) {
   return n;
 }
 
-absl::StatusOr<ConnectionStats> Connection::Stats() const {
-  return engine_.Snapshot(local_.conn_id);
-}
+absl::StatusOr<ConnectionStats> Connection::Stats() const { return control_->Stats(); }
 
-absl::Status Connection::Abort() { return engine_.AbortConnection(local_.conn_id); }
+absl::Status Connection::Abort() { return control_->Abort(); }
 
 absl::Status Connection::RequestRotation(uint16_t path_id) {
-  return engine_.RequestRotation(local_.conn_id, path_id);
+  return control_->RequestRotation(path_id);
 }
 
 }  // namespace metaroce::api

@@ -6,16 +6,21 @@
 // a request the core refuses (bad lkey: LOC_PROT_ERR, buffer outside its region or too long:
 // LOC_LEN_ERR, connection in error: WR_FLUSH_ERR) completes with that status on the CQ, signaled
 // or not, with the request's wr_id. A request whose queue in the core is full waits in the ring.
+// Waking costs a fence and a load while the worker is awake, and one system call when it sleeps:
+// in this process (Context::Create) an eventfd write, in an attached context (Context::Attach)
+// a write to that worker's doorbell socket (lib/engine/doorbell.h); the rings themselves are in
+// memory shared with metaroced, so no post makes a control call.
 //
 // In the context's inline mode (ContextOptions::workers == 0) the request waits in the ring
 // until the application's next Context::Poll(), which posts it into the core and transmits.
 //
-// Threading, threaded mode: PostSend from one thread at a time, PostRecv from one thread at a
-// time (may be another thread), PollEvents from one thread at a time; Stats and RequestRotation
-// from any thread (control path, they wait for the owner worker). Inline mode: every method from
-// the context's driving thread only (lib/api/context.h); Stats and RequestRotation run at once. Ownership: the Context must outlive the
-// connection. Destroying the connection removes it from the engine; work still outstanding is
-// discarded without completions (as ibv_destroy_qp).
+// Threading, threaded or attached mode: PostSend from one thread at a time, PostRecv from one
+// thread at a time (may be another thread), PollEvents from one thread at a time; Stats,
+// RequestRotation and Abort from any thread (control path: they wait for the owner worker, or,
+// attached, for the daemon's answer). Inline mode: every method from the context's driving
+// thread only (lib/api/context.h); Stats and RequestRotation run at once. Ownership: the Context
+// must outlive the connection. Destroying the connection removes it from the engine; work still
+// outstanding is discarded without completions (as ibv_destroy_qp).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +39,7 @@
 
 namespace metaroce::engine {
 class Engine;
+struct Doorbell;
 }
 
 namespace metaroce::api {
@@ -43,6 +49,17 @@ using RecvWorkRequest = core::RecvWorkRequest;
 using Sge = core::Sge;
 using PathEvent = core::PathEvent;
 using ConnectionStats = engine::ConnectionSnapshot;
+
+class ConnectionControl;  // lib/api/backend.h
+
+// How posts wake a connection's owner worker: Engine::Wake(worker) when the engine is in this
+// process, RingDoorbell(*doorbell, doorbell_fd) when it is metaroced's.
+struct WakeTarget {
+  engine::Engine* engine = nullptr;
+  int worker = 0;
+  const engine::Doorbell* doorbell = nullptr;
+  int doorbell_fd = -1;
+};
 
 class Connection {
  public:
@@ -88,13 +105,15 @@ class Connection {
  private:
   friend class Context;
   friend class Listener;
-  Connection(engine::Engine& engine, std::shared_ptr<engine::ConnectionChannel> channel,
-             ConnectionParameters local, ConnectionParameters peer)
-      : engine_(engine), channel_(std::move(channel)), local_(std::move(local)),
-        peer_(std::move(peer)) {}
+  Connection(std::shared_ptr<engine::ConnectionChannel> channel, WakeTarget wake,
+             std::unique_ptr<ConnectionControl> control, ConnectionParameters local,
+             ConnectionParameters peer);
+  // Tells the owner worker that a ring has work (cheap when it is awake).
+  void Wake() const;
 
-  engine::Engine& engine_;
   std::shared_ptr<engine::ConnectionChannel> channel_;
+  const WakeTarget wake_;
+  std::unique_ptr<ConnectionControl> control_;
   ConnectionParameters local_;
   ConnectionParameters peer_;
   ExchangeSocket exchange_socket_;

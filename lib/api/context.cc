@@ -7,6 +7,9 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "lib/api/attached_backend.h"
+#include "lib/api/backend.h"
+#include "lib/api/embedded_backend.h"
 
 namespace metaroce::api {
 namespace {
@@ -89,7 +92,6 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
     }
     addresses.push_back(*a);
   }
-  std::unique_ptr<Context> ctx(new Context(options, addresses));
   engine::EngineOptions eo;
   eo.workers = options.workers;
   eo.planes = static_cast<int>(options.planes.size());
@@ -112,8 +114,8 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   };
   absl::StatusOr<std::unique_ptr<engine::Engine>> e = engine::Engine::Create(eo, engine_factory);
   if (!e.ok()) return e.status();
-  ctx->engine_ = *std::move(e);
-  return ctx;
+  return std::unique_ptr<Context>(
+      new Context(options, addresses, std::make_unique<EmbeddedBackend>(*std::move(e))));
 }
 
 absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& options) {
@@ -147,26 +149,60 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   Datapath& dp = *datapath;
   absl::StatusOr<std::unique_ptr<Context>> ctx = Create(resolved, dp.Factory());
   if (!ctx.ok()) return ctx.status();  // the engine and its ports went first
-  (*ctx)->datapath_ = std::move(datapath);
+  (*ctx)->embedded_->AdoptDatapath(std::move(datapath));
   return ctx;
 }
 
+absl::StatusOr<std::unique_ptr<Context>> Context::Attach(const AttachOptions& options) {
+  absl::StatusOr<std::unique_ptr<AttachedBackend>> backend = AttachedBackend::Attach(options);
+  if (!backend.ok()) return backend.status();
+  const AttachedBackend::Facts& facts = (*backend)->facts();
+  ContextOptions o;
+  for (const io::IpAddress& a : facts.addresses) o.planes.push_back({"", a.ToString()});
+  o.workers = facts.workers;
+  o.mtu = facts.mtu;
+  o.udp_port = facts.udp_port;
+  const std::vector<io::IpAddress> addresses = facts.addresses;
+  return std::unique_ptr<Context>(new Context(o, addresses, *std::move(backend)));
+}
+
+Context::Context(const ContextOptions& options, std::vector<io::IpAddress> addresses,
+                 std::unique_ptr<ContextBackend> backend)
+    : options_(options),
+      addresses_(std::move(addresses)),
+      backend_(std::move(backend)),
+      embedded_(dynamic_cast<EmbeddedBackend*>(backend_.get())),
+      engine_(embedded_ != nullptr ? &embedded_->engine() : nullptr) {}
+
 Context::~Context() = default;
 
+const Datapath* Context::datapath() const {
+  return embedded_ != nullptr ? embedded_->datapath() : nullptr;
+}
+
+std::vector<engine::WorkerStats> Context::Stats() { return backend_->Stats(); }
+
+absl::StatusOr<std::span<std::byte>> Context::AllocateMemory(size_t bytes) {
+  return backend_->AllocateMemory(bytes);
+}
+
+absl::Status Context::FreeMemory(std::span<std::byte> block) {
+  return backend_->FreeMemory(block);
+}
+
 absl::StatusOr<MemoryRegion> Context::RegisterMemory(void* addr, size_t length, uint32_t access) {
-  return engine_->RegisterMemory(addr, length, access);
+  return backend_->RegisterMemory(addr, length, access);
 }
 
 absl::Status Context::DeregisterMemory(const MemoryRegion& region) {
-  return engine_->DeregisterMemory(region.lkey);
+  return backend_->DeregisterMemory(region);
 }
 
 absl::StatusOr<std::unique_ptr<CompletionQueue>> Context::CreateCompletionQueue(size_t depth) {
   if (depth < 1 || depth > (1u << 24)) {
     return absl::InvalidArgumentError("completion queue depth must be 1..2^24");
   }
-  return std::unique_ptr<CompletionQueue>(
-      new CompletionQueue(engine_->CreateCompletionChannel(depth)));
+  return backend_->CreateCompletionQueue(depth);
 }
 
 absl::StatusOr<std::unique_ptr<Listener>> Context::Listen(uint16_t tcp_port,
@@ -176,20 +212,32 @@ absl::StatusOr<std::unique_ptr<Listener>> Context::Listen(uint16_t tcp_port,
   return std::unique_ptr<Listener>(new Listener(*this, *std::move(s)));
 }
 
-absl::StatusOr<ConnectionParameters> Context::MakeLocalParameters(const ConnectOptions& o) {
+absl::Status Context::CheckLocalParameters(const ConnectOptions& o) const {
   if (absl::Status s = CheckConnectOptions(o); !s.ok()) return s;
+  const PortRange ports = backend_->SourcePorts(o.tuning);
+  const uint32_t lo = ports.lo, hi = ports.hi;
+  if (hi < lo || hi - lo + 1 < uint32_t{o.path_count} + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "source ports ", lo, "..", hi, " are too few for path_count ", o.path_count,
+        is_attached() ? " (metaroced's rotation range)" : " (tuning.rotate_port_lo..hi)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConnectionParameters> Context::MakeLocalParameters(const ConnectOptions& o) {
+  if (absl::Status s = CheckLocalParameters(o); !s.ok()) return s;
   ConnectionParameters p;
-  p.conn_id = engine_->AllocateConnectionId();
+  absl::StatusOr<uint32_t> id = backend_->AllocateConnectionId();
+  if (!id.ok()) return id.status();
+  p.conn_id = *id;
   do {
     if (absl::Status s = FillRandom(&p.token, sizeof(p.token)); !s.ok()) return s;
   } while (p.token == 0);
   p.path_count = o.path_count;
   // Consecutive source ports from a random base inside the rotation range, avoiding the
   // protocol's own UDP port.
-  const uint32_t lo = o.tuning.rotate_port_lo, hi = o.tuning.rotate_port_hi;
-  if (hi < lo || hi - lo + 1 < uint32_t{o.path_count} + 1) {
-    return absl::InvalidArgumentError("tuning.rotate_port_lo..hi is too small for path_count");
-  }
+  const PortRange ports = backend_->SourcePorts(o.tuning);
+  const uint32_t lo = ports.lo, hi = ports.hi;
   uint32_t r = 0;
   if (absl::Status s = FillRandom(&r, sizeof(r)); !s.ok()) return s;
   uint32_t base = lo + r % (hi - lo + 1 - o.path_count);
@@ -210,12 +258,10 @@ absl::StatusOr<ConnectionParameters> Context::MakeLocalParameters(const ConnectO
 
 absl::StatusOr<std::unique_ptr<Connection>> Context::CreateConnection(
     const ConnectOptions& o, const ConnectionParameters& ours, const ConnectionParameters& peer) {
-  const core::ConnectionConfig config = MakeConnectionConfig(ours, peer, o.tuning);
-  engine::PeerRoute route{peer.plane_addresses};
-  absl::StatusOr<std::shared_ptr<engine::ConnectionChannel>> ch = engine_->CreateConnection(
-      config, route, o.send_cq->channel_, o.recv_cq->channel_);
-  if (!ch.ok()) return ch.status();
-  return std::unique_ptr<Connection>(new Connection(*engine_, *std::move(ch), ours, peer));
+  absl::StatusOr<ConnectionBinding> b = backend_->CreateConnection(o, ours, peer);
+  if (!b.ok()) return b.status();
+  return std::unique_ptr<Connection>(new Connection(std::move(b->channel), b->wake,
+                                                    std::move(b->control), ours, peer));
 }
 
 absl::StatusOr<std::unique_ptr<Connection>> Context::Connect(std::string_view host,
@@ -252,10 +298,7 @@ absl::StatusOr<std::unique_ptr<Connection>> Context::Connect(std::string_view ho
 
 absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(const ConnectOptions& options) {
   // Parameters are checked before a client is taken, so a bad option never costs a client.
-  if (absl::StatusOr<ConnectionParameters> ours = context_.MakeLocalParameters(options);
-      !ours.ok()) {
-    return ours.status();
-  }
+  if (absl::Status s = context_.CheckLocalParameters(options); !s.ok()) return s;
   return Accept([&options](const ConnectionParameters&) { return options; }, options.timeout);
 }
 

@@ -1,4 +1,4 @@
-// The public C++ API of MetaRoCE with the engine embedded in the process (ibverbs nouns):
+// The public C++ API of MetaRoCE (ibverbs nouns):
 //
 //   Context          the device context: the engine, its workers and their packet ports
 //   MemoryRegion     ibv_mr: lkey, rkey, access flags; registered in every worker alike
@@ -6,14 +6,35 @@
 //   Connection       the queue pair (lib/api/connection.h)
 //   Listener         passive side of the TCP parameter exchange (rdma_cm's listen/accept)
 //
+// Two ways to get a Context, with the same API afterwards:
+//   Context::Create  embedded: the engine runs in this process, over this host's interfaces
+//                    (AF_XDP needs root or CAP_NET_ADMIN/CAP_BPF/CAP_NET_RAW/CAP_IPC_LOCK).
+//   Context::Attach  attached: the engine is metaroced's; this process needs no capability,
+//                    only access to the daemon's control socket (root, the daemon's uid, or its
+//                    socket_group). The daemon's workers read this process's work requests from
+//                    rings in memory shared with it, place received data straight into its
+//                    registered memory (shared memory the daemon made: Context::AllocateMemory)
+//                    and write completions into shared completion rings: nothing is copied
+//                    beyond the one copy between packet buffer and final place, and no work
+//                    request costs a system call beyond waking a sleeping worker. Control
+//                    operations (register memory, create queues and connections, stats) are
+//                    calls on the control socket (docs/control-protocol.md, "Applications"), and
+//                    when this process exits or crashes the daemon destroys everything it made.
+//                    Differences: memory must come from AllocateMemory; the daemon's path policy
+//                    replaces ConnectOptions::tuning (which is ignored) and its [limits] apply;
+//                    Poll() does nothing (the daemon's workers run by themselves); engine() must
+//                    not be called and Stats() is empty.
+//
 // Set-up between two processes: the server calls Listen(port) and Accept(options); the client
 // calls Connect(host, port, options). They exchange parameters over TCP (lib/api/exchange.h):
 // connection ids, random tokens, paths, initial source ports, per-plane addresses, MTU, queue
 // depths, transport profile and the caller's opaque private data; each side checks the other's
-// and refuses a mismatch with a Status naming it.
+// and refuses a mismatch with a Status naming it. Attached contexts run the same exchange from
+// the application (TCP needs no privilege) and may talk to embedded ones.
 //
-// Threading, threaded mode (ContextOptions::workers >= 1): Context, Listener and their methods are
-// safe from any thread (control path; they may block up to the options' timeouts); the engine
+// Threading, threaded and attached modes (ContextOptions::workers >= 1, Context::Attach):
+// Context, Listener and their methods are safe from any thread (control path; they may block up
+// to the options' timeouts; an attached context's control calls are serialized); the engine
 // workers progress by themselves. Inline mode (workers == 0): there is no engine thread; the
 // application drives the engine by calling Poll() and nothing progresses between calls (no
 // packet is received or acknowledged, no timer fires, no completion is delivered), so the
@@ -24,12 +45,14 @@
 // a happens-before, such as a join); control methods run on the calling thread.
 //
 // Ownership: the Context must outlive every object it created; destroy connections before the
-// context. Errors: absl::Status with the fix in the message; nothing is logged.
+// context. Blocks from AllocateMemory are released by FreeMemory or with the context.
+// Errors: absl::Status with the fix in the message; nothing is logged.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +65,7 @@
 #include "lib/api/exchange.h"
 #include "lib/api/exchange_socket.h"
 #include "lib/api/port_factory.h"
+#include "lib/control/protocol.h"
 #include "lib/core/config.h"
 #include "lib/core/memory_table.h"
 #include "lib/engine/engine.h"
@@ -90,12 +114,24 @@ struct ConnectOptions {
   bool keep_exchange_socket = false;
 };
 
+// Context::Attach: where metaroced is and who we are.
+struct AttachOptions {
+  std::string socket_path = std::string(control::kDefaultSocketPath);
+  // Shown as the owner of this process's connections (mrctl conn show); empty: the program's
+  // name.
+  std::string name;
+  // Connecting to the socket, and each control call after.
+  absl::Duration timeout = absl::Seconds(10);
+};
+
 // Listener::Accept's way to choose, from the client's request, how to accept it: the options to
 // accept with, or a Status whose message the client is told as the refusal.
 using AcceptDecision =
     std::function<absl::StatusOr<ConnectOptions>(const ConnectionParameters& request)>;
 
 class Context;
+class ContextBackend;   // lib/api/backend.h
+class EmbeddedBackend;  // lib/api/embedded_backend.h
 
 class Listener {
  public:
@@ -135,16 +171,34 @@ class Context {
   // from `factory` (tests, custom ports).
   static absl::StatusOr<std::unique_ptr<Context>> Create(const ContextOptions& options,
                                                          PortFactory factory);
-  // Stops the engine (its ports close), then detaches the Datapath's programs.
+  // Attaches to the metaroced listening on options.socket_path (app.attach): no privileges.
+  // Unavailable ("is metaroced running?") when nothing listens there, PermissionDenied when the
+  // socket refuses this user. options() then describes the daemon's engine (workers, planes'
+  // addresses, mtu, udp_port).
+  static absl::StatusOr<std::unique_ptr<Context>> Attach(const AttachOptions& options);
+  // Embedded: stops the engine (its ports close), then detaches the Datapath's programs.
+  // Attached: closes the session; the daemon destroys what it made for it.
   ~Context();
 
   // Inline mode, driving thread: one iteration of the engine (receive, post what the
   // connections' rings hold, timers, completions, flush); never blocks. Returns whether it found
-  // work (spin on it while it does). Threaded mode: returns false at once; call it freely.
-  bool Poll() { return engine_->Poll(); }
-  bool is_inline() const { return engine_->is_inline(); }
+  // work (spin on it while it does). Threaded and attached modes: returns false at once; call it
+  // freely.
+  bool Poll() { return engine_ != nullptr && engine_->Poll(); }
+  bool is_inline() const { return engine_ != nullptr && engine_->is_inline(); }
+  bool is_attached() const { return engine_ == nullptr; }
 
-  // ibv_reg_mr. `access`: access::kLocalWrite | kRemoteWrite | kRemoteRead.
+  // Memory for buffers, page-aligned, at least `bytes` long (rounded up to whole pages): an
+  // anonymous mapping (embedded), or shared memory metaroced made and maps too (attached: the
+  // only memory an attached context can register; counted against the daemon's max_memory,
+  // ResourceExhausted beyond it). Zero-filled. Released by FreeMemory or with the context.
+  absl::StatusOr<std::span<std::byte>> AllocateMemory(size_t bytes);
+  // The span AllocateMemory returned. Attached: FailedPrecondition while a region in it is
+  // registered.
+  absl::Status FreeMemory(std::span<std::byte> block);
+
+  // ibv_reg_mr. `access`: access::kLocalWrite | kRemoteWrite | kRemoteRead. Attached: the range
+  // must lie inside one block from AllocateMemory (InvalidArgument otherwise).
   absl::StatusOr<MemoryRegion> RegisterMemory(void* addr, size_t length, uint32_t access);
   absl::Status DeregisterMemory(const MemoryRegion& region);
 
@@ -159,17 +213,20 @@ class Context {
                                                       const ConnectOptions& options);
 
   const ContextOptions& options() const { return options_; }
+  // Embedded only (is_attached() false): the engine.
   engine::Engine& engine() { return *engine_; }
-  // The Datapath the context owns; null when it was created with a PortFactory.
-  const Datapath* datapath() const { return datapath_.get(); }
-  // Per-worker counters and port statistics (control path).
-  std::vector<engine::WorkerStats> Stats() { return engine_->Stats(); }
+  // The Datapath the context owns; null when it was created with a PortFactory, or attached.
+  const Datapath* datapath() const;
+  // Per-worker counters and port statistics (control path); empty when attached.
+  std::vector<engine::WorkerStats> Stats();
 
  private:
   friend class Listener;
-  Context(const ContextOptions& options, std::vector<io::IpAddress> addresses)
-      : options_(options), addresses_(std::move(addresses)) {}
+  Context(const ContextOptions& options, std::vector<io::IpAddress> addresses,
+          std::unique_ptr<ContextBackend> backend);
 
+  // Checks what MakeLocalParameters would check, without allocating a connection id.
+  absl::Status CheckLocalParameters(const ConnectOptions& options) const;
   // Our half of a new connection: fresh id, random token and source ports.
   absl::StatusOr<ConnectionParameters> MakeLocalParameters(const ConnectOptions& options);
   absl::StatusOr<std::unique_ptr<Connection>> CreateConnection(const ConnectOptions& options,
@@ -178,8 +235,9 @@ class Context {
 
   const ContextOptions options_;
   const std::vector<io::IpAddress> addresses_;  // ours, per plane
-  std::unique_ptr<Datapath> datapath_;  // outlives engine_, whose ports it serves
-  std::unique_ptr<engine::Engine> engine_;
+  const std::unique_ptr<ContextBackend> backend_;
+  EmbeddedBackend* const embedded_;  // backend_ when embedded; null attached
+  engine::Engine* const engine_;     // embedded_'s engine; null attached
 };
 
 }  // namespace metaroce::api

@@ -282,4 +282,49 @@ core::ConnectionConfig MakeConnectionConfig(const ConnectionParameters& ours,
   return c;
 }
 
+namespace {
+
+int HexDigitValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+std::string EncodeExchangeHex(const ExchangeMessage& message) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  const std::vector<std::byte> body = EncodeExchange(message);
+  std::string hex;
+  hex.reserve(body.size() * 2);
+  for (std::byte b : body) {
+    const auto v = static_cast<uint8_t>(b);
+    hex.push_back(kDigits[v >> 4]);
+    hex.push_back(kDigits[v & 0xf]);
+  }
+  return hex;
+}
+
+absl::StatusOr<ExchangeMessage> DecodeExchangeHex(std::string_view hex) {
+  if (hex.size() % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("exchange text has ", hex.size(), " hex digits: expected an even number"));
+  }
+  if (hex.size() / 2 > kMaxExchangeBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("exchange text of ", hex.size() / 2,
+                                                   " bytes exceeds ", kMaxExchangeBytes));
+  }
+  std::vector<std::byte> body(hex.size() / 2);
+  for (size_t i = 0; i < body.size(); ++i) {
+    const int hi = HexDigitValue(hex[2 * i]), lo = HexDigitValue(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "exchange text has a non-hex character at offset ", 2 * i + (hi < 0 ? 0 : 1)));
+    }
+    body[i] = std::byte(static_cast<uint8_t>(hi << 4 | lo));
+  }
+  return DecodeExchange(body);
+}
+
 }  // namespace metaroce::api

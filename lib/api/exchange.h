@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,6 +68,12 @@ std::vector<std::byte> EncodeExchange(const ExchangeMessage& message);
 // InvalidArgument naming the field for anything malformed, unknown or out of range;
 // FailedPrecondition for another exchange version.
 absl::StatusOr<ExchangeMessage> DecodeExchange(std::span<const std::byte> body);
+
+// The same body as lowercase hexadecimal text (two digits per byte), as the control protocol
+// carries it (docs/control-protocol.md, qp.create). DecodeExchangeHex refuses text that is not
+// an even number of hex digits, or longer than kMaxExchangeBytes, before DecodeExchange runs.
+std::string EncodeExchangeHex(const ExchangeMessage& message);
+absl::StatusOr<ExchangeMessage> DecodeExchangeHex(std::string_view hex);
 
 // Whether a connection between `ours` and `peer` can work: both must agree on path count,
 // planes (count and address family per plane), mtu, UDP port, transport profile and completion

@@ -1,7 +1,11 @@
 #include "lib/api/stats_json.h"
 
 #include <chrono>
+#include <limits>
+#include <optional>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 #include "lib/core/types.h"
 
@@ -37,6 +41,84 @@ constexpr std::pair<std::string_view, Counter> kCounters[] = {
 };
 
 double Micros(core::Duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+core::Duration FromMicros(double us) {
+  using Nanos = std::chrono::duration<double, std::nano>;
+  const Nanos ns = std::chrono::duration<double, std::micro>(us);
+  return std::chrono::duration_cast<core::Duration>(ns + Nanos(0.5));  // rounded, not truncated
+}
+
+absl::Status Missing(std::string_view where, std::string_view key, std::string_view what) {
+  // absl::StrCat takes absl::string_view, which is not std::string_view in this Abseil.
+  return absl::InvalidArgumentError(absl::StrCat(std::string(where), ": '", std::string(key),
+                                                 "' is missing or not ", std::string(what)));
+}
+
+// Reads member `key` of `j` as an unsigned integer that fits T.
+template <typename T>
+absl::Status ReadUint(const Json& j, std::string_view key, std::string_view where, T& out) {
+  const Json* v = j.Find(key);
+  std::optional<uint64_t> u = v != nullptr ? v->AsUint() : std::nullopt;
+  if (!u || *u > std::numeric_limits<T>::max()) {
+    return Missing(where, key, "an unsigned integer in range");
+  }
+  out = static_cast<T>(*u);
+  return absl::OkStatus();
+}
+
+absl::Status ReadDouble(const Json& j, std::string_view key, std::string_view where,
+                        double& out) {
+  const Json* v = j.Find(key);
+  std::optional<double> d = v != nullptr ? v->AsDouble() : std::nullopt;
+  if (!d) return Missing(where, key, "a number");
+  out = *d;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<core::PathState> PathStateFromName(std::string_view name) {
+  for (core::PathState s : {core::PathState::kActive, core::PathState::kSuspect,
+                            core::PathState::kFailed, core::PathState::kProbing}) {
+    if (core::PathStateName(s) == name) return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("path state '", std::string(name), "' is unknown"));
+}
+
+absl::StatusOr<core::PathStats> PathStatsFromJson(const Json& q) {
+  constexpr std::string_view kWhere = "path";
+  core::PathStats p;
+  absl::Status s = ReadUint(q, "path_id", kWhere, p.path_id);
+  if (s.ok()) s = ReadUint(q, "src_port", kWhere, p.src_port);
+  if (s.ok()) s = ReadUint(q, "plane", kWhere, p.plane);
+  double srtt = 0, rttvar = 0, min_rtt = 0;
+  if (s.ok()) s = ReadDouble(q, "srtt_us", kWhere, srtt);
+  if (s.ok()) s = ReadDouble(q, "rttvar_us", kWhere, rttvar);
+  if (s.ok()) s = ReadDouble(q, "min_rtt_us", kWhere, min_rtt);
+  if (s.ok()) s = ReadDouble(q, "ecn_fraction", kWhere, p.ecn_fraction);
+  if (s.ok()) s = ReadDouble(q, "utilization", kWhere, p.utilization);
+  if (s.ok()) s = ReadUint(q, "cwnd_bytes", kWhere, p.cwnd_bytes);
+  if (s.ok()) s = ReadUint(q, "inflight_bytes", kWhere, p.inflight_bytes);
+  if (s.ok()) s = ReadUint(q, "window_hint_bytes", kWhere, p.window_hint_bytes);
+  if (s.ok()) s = ReadUint(q, "tx_packets", kWhere, p.tx_packets);
+  if (s.ok()) s = ReadUint(q, "tx_bytes", kWhere, p.tx_bytes);
+  if (s.ok()) s = ReadUint(q, "acked_packets", kWhere, p.acked_packets);
+  if (s.ok()) s = ReadUint(q, "retransmits", kWhere, p.retransmits);
+  if (s.ok()) s = ReadUint(q, "timeouts", kWhere, p.timeouts);
+  if (s.ok()) s = ReadUint(q, "rotations", kWhere, p.rotations);
+  if (s.ok()) s = ReadUint(q, "ce_marks", kWhere, p.ce_marks);
+  if (s.ok()) s = ReadUint(q, "rx_packets", kWhere, p.rx_packets);
+  if (!s.ok()) return s;
+  const Json* state = q.Find("state");
+  std::optional<std::string_view> name = state != nullptr ? state->AsString() : std::nullopt;
+  if (!name) return Missing(kWhere, "state", "a string");
+  absl::StatusOr<core::PathState> ps = PathStateFromName(*name);
+  if (!ps.ok()) return ps.status();
+  p.state = *ps;
+  p.srtt = FromMicros(srtt);
+  p.rttvar = FromMicros(rttvar);
+  p.min_rtt = FromMicros(min_rtt);
+  return p;
+}
 
 }  // namespace
 
@@ -92,6 +174,45 @@ Json ConnectionStatsJson(const ConnectionStats& s) {
   Json& paths = j["paths"] = Json::MakeArray();
   for (const core::PathStats& p : s.paths) paths.Push(PathStatsJson(p));
   return j;
+}
+
+absl::StatusOr<ConnectionStats> ConnectionStatsFromJson(const Json& j) {
+  constexpr std::string_view kWhere = "connection stats";
+  ConnectionStats s;
+  uint8_t error_status = 0;
+  uint16_t owner = 0;
+  absl::Status st = ReadUint(j, "conn_id", kWhere, s.conn_id);
+  if (st.ok()) st = ReadUint(j, "owner_worker", kWhere, owner);
+  if (st.ok()) st = ReadUint(j, "error_status", kWhere, error_status);
+  if (st.ok()) st = ReadUint(j, "outstanding_sends", kWhere, s.outstanding_sends);
+  if (st.ok()) st = ReadUint(j, "posted_receives", kWhere, s.posted_receives);
+  if (st.ok()) st = ReadUint(j, "events_dropped", kWhere, s.events_dropped);
+  if (!st.ok()) return st;
+  s.owner = owner;
+  s.error_status = static_cast<core::WcStatus>(error_status);
+  const Json* state = j.Find("state");
+  std::optional<std::string_view> name = state != nullptr ? state->AsString() : std::nullopt;
+  if (!name || (*name != "ready" && *name != "error")) {
+    return Missing(kWhere, "state", "\"ready\" or \"error\"");
+  }
+  s.state = *name == "ready" ? core::Connection::State::kReady : core::Connection::State::kError;
+  const Json* counters = j.Find("counters");
+  if (counters == nullptr || !counters->is_object()) {
+    return Missing(kWhere, "counters", "an object");
+  }
+  for (const auto& [key, member] : kCounters) {
+    if (absl::Status c = ReadUint(*counters, key, "counters", s.counters.*member); !c.ok()) {
+      return c;
+    }
+  }
+  const Json* paths = j.Find("paths");
+  if (paths == nullptr || !paths->is_array()) return Missing(kWhere, "paths", "an array");
+  for (const Json& q : paths->array()) {
+    absl::StatusOr<core::PathStats> p = PathStatsFromJson(q);
+    if (!p.ok()) return p.status();
+    s.paths.push_back(*p);
+  }
+  return s;
 }
 
 Json PortStatsJson(const io::PortStats& s, std::string_view description) {

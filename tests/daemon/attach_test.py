@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Privileged end-to-end test of applications attached to metaroced (api::Context::Attach).
+
+Brings up 2 hosts x 2 planes x 2 spines (tools/fabric/mrfabric) and one metaroced per host whose
+control socket's group is `nogroup`, then runs attach_pingpong, a small attached application, as
+the unprivileged user nobody (uid/gid 65534, no capabilities) on each host:
+  - a verified exchange: every byte of 200 iterations of a Write-with-immediate and a Send each
+    way, through rings and registered memory shared with the daemons;
+  - afterwards neither daemon holds anything for applications (conn show, daemon show);
+  - a user outside the socket's group is refused;
+  - an application killed with SIGKILL while its messages flow: its daemon lists the connection
+    (owner: pid and name) before, and after the kill no connection, session or memory of it is
+    left; the same for its peer application; the daemons stay up.
+The applications, the daemons and the fabric are always torn down.
+
+usage: attach_test.py METAROCED MRCTL MRFABRIC ATTACH_PINGPONG     exit 0 pass, 1 fail, 77 skip
+"""
+import grp
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+NAME = "mrat"
+NOBODY = 65534
+
+
+def ns(host):
+    return "mrf-%s-h%d" % (NAME, host)
+
+
+class Failures(list):
+    def check(self, ok, what):
+        print("%-66s %s" % (what, "ok" if ok else "FAIL"))
+        if not ok:
+            self.append(what)
+        return ok
+
+
+class App:
+    """attach_pingpong in a host's namespace, as nobody; its output lines collected."""
+
+    def __init__(self, pingpong, host, sock, args, gid=NOBODY):
+        cmd = ["nsenter", "--net=/run/netns/" + ns(host), "setpriv", "--reuid=%d" % NOBODY,
+               "--regid=%d" % gid, "--clear-groups", pingpong, "--socket", sock] + args
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        self.lines = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, text, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(text in l for l in self.lines):
+                return True
+            if self.proc.poll() is not None:
+                self.reader.join(timeout=2)
+                return any(text in l for l in self.lines)
+            time.sleep(0.05)
+        return False
+
+    def finish(self, timeout):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(timeout=10)
+        self.reader.join(timeout=2)
+        return rc
+
+    def output(self):
+        return "\n".join(self.lines[-20:])
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def main():
+    if len(sys.argv) != 5:
+        sys.stderr.write(__doc__)
+        return 2
+    metaroced, mrctl, mrfabric, pingpong_built = sys.argv[1:]
+    if os.geteuid() != 0:
+        print("skip: needs root (namespaces, XDP)")
+        return 77
+    for tool in ("ip", "nsenter", "setpriv"):
+        if shutil.which(tool) is None:
+            print("skip: no `%s`" % tool)
+            return 77
+    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
+        print("skip: no `ip netns`")
+        return 77
+    try:
+        grp.getgrgid(NOBODY)
+    except KeyError:
+        print("skip: no group %d to give the control socket to" % NOBODY)
+        return 77
+    group = grp.getgrgid(NOBODY).gr_name
+
+    tmp = tempfile.mkdtemp(prefix="metaroced-attach-")
+    os.chmod(tmp, 0o755)
+    # The application runs from a copy the unprivileged user can surely reach.
+    pingpong = os.path.join(tmp, "attach_pingpong")
+    shutil.copy(pingpong_built, pingpong)
+    os.chmod(pingpong, 0o755)
+    conf = os.path.join(tmp, "metaroced.conf")
+    with open(conf, "w") as c:
+        c.write("[daemon]\nsocket_group = %s\n" % group)
+    sock = {h: os.path.join(tmp, "h%d.sock" % h) for h in (0, 1)}
+    daemons, logs, apps = {}, {}, []
+    f = Failures()
+
+    def fabric(*args, check=True):
+        p = subprocess.run([mrfabric, args[0], "--name", NAME] + list(args[1:]),
+                           capture_output=True, text=True, timeout=120)
+        if check and p.returncode != 0:
+            raise RuntimeError("mrfabric %s: %s" % (args[0], (p.stderr or p.stdout).strip()))
+        return p
+
+    def log_of(h):
+        logs[h].flush()
+        logs[h].seek(0)
+        return logs[h].read().strip()[-3000:]
+
+    def ctl(h, *args):
+        return subprocess.run(["ip", "netns", "exec", ns(h), mrctl, "-s", sock[h]] + list(args),
+                              capture_output=True, text=True, timeout=60)
+
+    def ctl_json(h, *args):
+        p = ctl(h, "-j", *args)
+        if p.returncode != 0:
+            raise RuntimeError("mrctl %s: exit %d: %s" % (" ".join(args), p.returncode,
+                                                          p.stderr.strip()))
+        return json.loads(p.stdout)
+
+    def start(h):
+        logs[h] = open(os.path.join(tmp, "h%d.log" % h), "w+")
+        # nsenter, not `ip netns exec`: the latter remounts /sys, hiding bpffs from the daemon.
+        daemons[h] = subprocess.Popen(
+            ["nsenter", "--net=/run/netns/" + ns(h), metaroced, "--config", conf, "--interface",
+             "pl0,pl1", "--socket", sock[h]], stdout=logs[h], stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if daemons[h].poll() is not None:
+                raise RuntimeError("metaroced on host %d exited %d: %s" %
+                                   (h, daemons[h].returncode, log_of(h)))
+            if ctl(h, "daemon", "show").returncode == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError("metaroced on host %d did not answer within 20 s: %s" % (h, log_of(h)))
+
+    def app(h, *args):
+        a = App(pingpong, h, sock[h], list(args))
+        apps.append(a)
+        return a
+
+    def app_connections(h):
+        return [c for c in ctl_json(h, "conn", "show").get("connections", [])
+                if isinstance(c.get("owner"), dict)]
+
+    def applications(h):
+        return ctl_json(h, "daemon", "show").get("applications", {})
+
+    def nothing_left(h, timeout=5):
+        deadline = time.monotonic() + timeout
+        while True:
+            a = applications(h)
+            if (not app_connections(h) and a.get("sessions") == 0 and
+                    a.get("connections") == 0 and a.get("memory_bytes") == 0):
+                return True
+            if time.monotonic() > deadline:
+                print("  host %d still holds: %r" % (h, a))
+                return False
+            time.sleep(0.1)
+
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    fabric("down", check=False)
+    try:
+        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2")
+        start(0)
+        start(1)
+        server_addr = ctl_json(0, "link", "show")["links"][0]["address"]
+        f.check(os.stat(sock[0]).st_gid == NOBODY and (os.stat(sock[0]).st_mode & 0o777) == 0o660,
+                "control socket: group %s, mode 0660" % group)
+        f.check("applications" in ctl_json(0, "daemon", "show"),
+                "daemon show: an applications summary")
+
+        # A verified exchange between two unprivileged applications.
+        server = app(0, "--server", "--port", "18515", "--iterations", "200")
+        f.check(server.wait_for("listening", 20), "server application attached and listening")
+        client = app(1, "--client", server_addr, "--port", "18515", "--iterations", "200")
+        rc_client, rc_server = client.finish(120), server.finish(30)
+        ok = rc_client == 0 and rc_server == 0
+        f.check(ok and all(any("verified 200 iterations" in l for l in a.lines)
+                           for a in (client, server)),
+                "200 iterations of Write+Send each way, every byte verified")
+        f.check(all(any("attached: uid %d" % NOBODY in l for l in a.lines)
+                    for a in (client, server)), "both applications ran as uid %d" % NOBODY)
+        for who, a in (("client", client), ("server", server)):
+            print("  %s: %s" % (who, next((l for l in a.lines if "verified" in l), "-")))
+        if not ok:
+            print("--- client (exit %s):\n%s\n--- server (exit %s):\n%s" %
+                  (rc_client, client.output(), rc_server, server.output()))
+        f.check(nothing_left(0) and nothing_left(1),
+                "after they exit: no application connection, session or memory left")
+
+        # A user outside the socket's group is refused before anything is made.
+        outsider = App(pingpong, 1, sock[1], ["--client", server_addr], gid=1)
+        rc = outsider.finish(30)
+        f.check(rc == 1 and "ermission" in outsider.output(),
+                "uid %d without group %s: refused (permission denied)" % (NOBODY, group))
+
+        # An application killed mid-run: the exchange runs until the kill.
+        server = app(0, "--server", "--port", "18516", "--iterations", "100000000")
+        f.check(server.wait_for("listening", 20), "second server listening")
+        client = app(1, "--client", server_addr, "--port", "18516", "--iterations", "100000000")
+        f.check(client.wait_for("connected", 30), "second client connected")
+        listed, deadline = [], time.monotonic() + 10
+        while time.monotonic() < deadline:
+            listed = app_connections(1)
+            if (len(listed) == 1 and
+                    listed[0].get("counters", {}).get("messages_completed", 0) >= 100):
+                break
+            time.sleep(0.1)
+        owner = listed[0].get("owner", {}) if len(listed) == 1 else {}
+        f.check(len(listed) == 1 and owner.get("pid") == client.proc.pid and
+                owner.get("name") == "pingpong-client" and listed[0].get("state") == "ready",
+                "conn show lists the running application's connection with its owner")
+        f.check(len(listed) == 1 and
+                listed[0].get("counters", {}).get("messages_completed", 0) >= 100,
+                "its messages are flowing (>= 100 completed) when it is killed")
+        if client.proc.poll() is not None or server.proc.poll() is not None:
+            print("--- client:\n%s\n--- server:\n%s" % (client.output(), server.output()))
+        before = applications(1)
+        f.check(before.get("sessions") == 1 and before.get("memory_bytes", 0) > 0,
+                "daemon show: one session holding shared memory")
+        client.proc.send_signal(signal.SIGKILL)
+        client.finish(10)
+        f.check(nothing_left(1), "SIGKILL: its connection, session and memory are gone")
+        server.proc.send_signal(signal.SIGKILL)
+        server.finish(10)
+        f.check(nothing_left(0), "the peer application killed too: nothing left on host 0")
+        f.check(all(d.poll() is None for d in daemons.values()) and
+                ctl(0, "daemon", "show").returncode == 0 and
+                ctl(1, "daemon", "show").returncode == 0, "both daemons are still up")
+        log1 = log_of(1)
+        f.check("pingpong-client" in log1 and "detached" in log1,
+                "the daemon logged the session's end")
+    except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt, OSError,
+            json.JSONDecodeError, KeyError, IndexError) as e:
+        f.append("aborted: %s" % e)
+        print("aborted: %s" % e)
+        traceback.print_exc(file=sys.stdout)
+        for h in logs:
+            print("--- metaroced host %d log:\n%s" % (h, log_of(h)))
+    finally:
+        for a in apps:
+            a.kill()
+        for p in daemons.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        fabric("down", check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if f:
+        print("FAILED:\n  " + "\n  ".join(f))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
