@@ -341,7 +341,7 @@ JsonValue DocumentHead(const Setup& s, std::string_view role) {
   doc["tool"] = "mrperf";
   doc["test"] = TestName(s.o.test);
   doc["role"] = role;
-  JsonValue config = ConfigJson(s.o, *s.dp, s.mtu);
+  JsonValue config = ConfigJson(s.o, s.dp.get(), s.mtu);
   config["datagram_bytes"] = wire::kDataHeadersSize + std::min<uint64_t>(s.o.size, s.mtu);
   JsonValue& d = config["port_descriptions"] = JsonValue::MakeArray();
   for (const auto& io : s.ios) d.Push(io->description());

@@ -113,7 +113,7 @@ JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats) {
   return out;
 }
 
-JsonValue ConfigJson(const PerfOptions& o, const api::Datapath& dp, uint32_t mtu) {
+JsonValue ConfigJson(const PerfOptions& o, const api::Datapath* dp, uint32_t mtu) {
   JsonValue c;
   JsonValue sizes = JsonValue::MakeArray();
   for (uint64_t s : o.Sizes()) sizes.Push(s);
@@ -134,15 +134,16 @@ JsonValue ConfigJson(const PerfOptions& o, const api::Datapath& dp, uint32_t mtu
   c["udp_port"] = o.udp_port;
   c["control_port"] = o.port;
   JsonValue& planes = c["plane_config"] = JsonValue::MakeArray();
-  for (const api::PlaneInfo& p : dp.planes()) {
+  JsonValue& steer = c["xdp_steering"] = JsonValue::MakeArray();
+  if (dp == nullptr) return c;  // attached: the daemon's (mrctl link show)
+  for (const api::PlaneInfo& p : dp->planes()) {
     JsonValue j;
     j["interface"] = p.ifname;
     j["local_ip"] = p.local_ip.ToString();
     j["if_mtu"] = p.if_mtu;
     planes.Push(std::move(j));
   }
-  JsonValue& steer = c["xdp_steering"] = JsonValue::MakeArray();
-  for (const std::string& s : dp.SteeringDescriptions()) steer.Push(s);
+  for (const std::string& s : dp->SteeringDescriptions()) steer.Push(s);
   return c;
 }
 

@@ -55,7 +55,8 @@ inline void IdleWait(uint32_t& idle, bool latency = true, bool inline_engine = f
 }
 
 JsonValue WorkerStatsJson(const std::vector<engine::WorkerStats>& stats);
-JsonValue ConfigJson(const PerfOptions& o, const api::Datapath& dp, uint32_t mtu);
+// `dp`: the embedded engine's datapath, or null when attached to metaroced.
+JsonValue ConfigJson(const PerfOptions& o, const api::Datapath* dp, uint32_t mtu);
 // The datapath the flags describe (--port-kind, --interface, --local-ip, --udp-port, --workers);
 // `broker` and `side` for memory ports.
 api::DatapathOptions DatapathOptionsFor(const PerfOptions& o,

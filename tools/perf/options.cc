@@ -1,12 +1,14 @@
 #include "tools/perf/options.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/control/protocol.h"
 #include "tools/common/byte_size.h"
 
 namespace metaroce::perf {
@@ -125,6 +127,13 @@ datapath flags:
       --spin                   engine workers busy-poll instead of sleeping when idle
       --cpus LIST              pin engine worker i to the i-th CPU of LIST
       --udp-port PORT          MetaRoCE UDP port (4792)
+engine (stack tests):
+      --daemon                 through metaroced (attached: no privileges; the datapath flags
+                               above are the daemon's business)
+      --embedded               an engine of mrperf's own (root), even when a daemon runs
+      --daemon-socket PATH     metaroced's control socket ($METAROCE_SOCKET, else
+                               /run/metaroce/metaroced.sock); default: through the daemon when
+                               one answers there, embedded otherwise
       --timeout SEC            set-up and end-of-test exchange timeout (10)
 )";
 }
@@ -261,6 +270,18 @@ absl::StatusOr<PerfOptions> ParseCommandLine(int argc, char** argv) {
     return o.cpus.empty() ? Bad("--cpus", v, "CPU[,CPU...]") : absl::OkStatus();
   }};
   flags["--udp-port"] = {true, integer("--udp-port", &o.udp_port, 1, 65535)};
+  flags["--embedded"] = {false, [&](std::string_view) {
+    o.engine_mode = EngineMode::kEmbedded;
+    return absl::OkStatus();
+  }};
+  flags["--daemon"] = {false, [&](std::string_view) {
+    o.engine_mode = EngineMode::kDaemon;
+    return absl::OkStatus();
+  }};
+  flags["--daemon-socket"] = {true, [&](std::string_view v) {
+    o.daemon_socket = std::string(v);
+    return v.empty() ? Bad("--daemon-socket", v, "PATH") : absl::OkStatus();
+  }};
   flags["--timeout"] = {true, seconds("--timeout", &o.timeout_s, 0.1)};
 
   for (int i = 2; i < argc; ++i) {
@@ -306,7 +327,20 @@ absl::StatusOr<PerfOptions> ParseCommandLine(int argc, char** argv) {
         "--workers 0 (inline engine) is for the stack tests; ", std::string(TestName(o.test)),
         " needs --workers 1 or more"));
   }
-  if (o.port_kind == PortKindFlag::kMemory) {
+  if (o.daemon_socket.empty()) {
+    const char* env = std::getenv("METAROCE_SOCKET");
+    o.daemon_socket = env != nullptr && *env != '\0' ? env : std::string(control::kDefaultSocketPath);
+  }
+  if (!IsStack(o.test) || o.port_kind == PortKindFlag::kMemory) {
+    if (o.engine_mode == EngineMode::kDaemon) {
+      return absl::InvalidArgumentError(
+          "--daemon is for the stack tests over real interfaces (not raw, udp or memory)");
+    }
+    o.engine_mode = EngineMode::kEmbedded;
+  }
+  if (o.engine_mode != EngineMode::kEmbedded && o.interfaces.empty()) {
+    // The daemon's interfaces; an embedded engine (no daemon answering) then needs them.
+  } else if (o.port_kind == PortKindFlag::kMemory) {
     if (!o.interfaces.empty()) {
       return absl::InvalidArgumentError("--port-kind memory takes no --interface");
     }

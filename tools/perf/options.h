@@ -33,6 +33,10 @@ std::string_view PortKindName(PortKindFlag kind);
 enum class Transport : uint8_t { kMetaRoce, kGoBackN, kReorder };
 std::string_view TransportName(Transport t);
 
+// Whose engine the stack tests use: metaroced's (attached, no privileges) or one embedded in
+// mrperf (root: XDP and AF_XDP).
+enum class EngineMode : uint8_t { kAuto, kEmbedded, kDaemon };
+
 struct PerfOptions {
   TestKind test = TestKind::kWriteBw;
   std::optional<std::string> server;  // set: client
@@ -65,6 +69,9 @@ struct PerfOptions {
   std::vector<int> cpus;       // --cpus LIST: pin engine workers
   double timeout_s = 10;       // --timeout: connection set-up and end-of-test exchanges
   uint16_t udp_port = 4792;    // --udp-port: MetaRoCE's UDP port (and raw/udp tests')
+  // Stack tests: through metaroced when one answers at daemon_socket (kAuto), or forced.
+  EngineMode engine_mode = EngineMode::kAuto;
+  std::string daemon_socket;   // --daemon-socket (default: $METAROCE_SOCKET or the default path)
 
   bool is_client() const { return server.has_value(); }
   std::vector<uint64_t> Sizes() const;  // the sizes to run (-a or -s)

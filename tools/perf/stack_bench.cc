@@ -105,8 +105,8 @@ struct Session {
     for (Qp& q : qps) q.conn.reset();
     for (Qp& q : qps) {
       if (q.buf != nullptr) {
-        if (ctx) ctx->DeregisterMemory(q.mr).IgnoreError();
-        std::free(q.buf);
+        ctx->DeregisterMemory(q.mr).IgnoreError();
+        ctx->FreeMemory(std::span<std::byte>(q.buf, q.buf_bytes)).IgnoreError();
       }
     }
     rcq.reset();
@@ -114,10 +114,41 @@ struct Session {
     ctx.reset();
   }
 
-  const api::Datapath& dp() const { return *ctx->datapath(); }
+  // The embedded engine's datapath; null when attached to metaroced.
+  const api::Datapath* dp() const { return ctx->datapath(); }
+  size_t planes() const { return ctx->options().planes.size(); }
 };
 
+// Whether metaroced answers on its control socket.
+bool DaemonAnswers(const std::string& path) {
+  return control::Client::Connect(path, absl::Seconds(1)).ok();
+}
+
+absl::Status AttachToDaemon(Session& s) {
+  api::AttachOptions ao;
+  ao.socket_path = s.o.daemon_socket;
+  ao.name = "mrperf";
+  ao.timeout = absl::Seconds(std::max(s.o.timeout_s, 1.0));
+  absl::StatusOr<std::unique_ptr<api::Context>> ctx = api::Context::Attach(ao);
+  if (!ctx.ok()) return ctx.status();
+  s.ctx = *std::move(ctx);
+  s.mtu = s.o.mtu != 0 ? s.o.mtu : s.ctx->options().mtu;
+  if (s.mtu != s.ctx->options().mtu) {
+    return absl::InvalidArgumentError(absl::StrCat("--mtu ", s.o.mtu, ": metaroced runs mtu ",
+                                                   s.ctx->options().mtu));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CreateStack(Session& s, std::shared_ptr<api::MemoryPairBroker> broker, int side) {
+  const bool attach = s.o.engine_mode == EngineMode::kDaemon ||
+                      (s.o.engine_mode == EngineMode::kAuto && DaemonAnswers(s.o.daemon_socket));
+  if (attach) return AttachToDaemon(s);
+  if (s.o.interfaces.empty() && s.o.port_kind != PortKindFlag::kMemory) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no metaroced answers at ", s.o.daemon_socket,
+        ", and an embedded engine needs --interface IF[,IF...] (one per plane)"));
+  }
   absl::StatusOr<std::unique_ptr<api::Datapath>> dp =
       api::Datapath::Create(DatapathOptionsFor(s.o, std::move(broker), side));
   if (!dp.ok()) return dp.status();
@@ -154,12 +185,15 @@ absl::Status AllocateBuffer(Session& s, Qp& q, uint64_t slot_bytes, uint32_t slo
   q.slot_bytes = slot_bytes;
   q.slots = slots;
   q.buf_bytes = static_cast<size_t>(RoundUp(slot_bytes * slots, 4096));
-  q.buf = static_cast<std::byte*>(std::aligned_alloc(4096, q.buf_bytes));
-  if (q.buf == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", q.buf_bytes,
-                                                     " bytes of buffer: use a smaller -s or -q"));
+  // From the context: shared with metaroced when attached (where data is placed directly).
+  absl::StatusOr<std::span<std::byte>> block = s.ctx->AllocateMemory(q.buf_bytes);
+  if (!block.ok()) {
+    return absl::Status(block.status().code(),
+                        absl::StrCat("cannot allocate ", q.buf_bytes, " bytes of buffer (",
+                                     block.status().message(), "): use a smaller -s or -q"));
   }
-  std::memset(q.buf, 0, q.buf_bytes);
+  q.buf = block->data();  // zero-filled
+  q.buf_bytes = block->size();
   absl::StatusOr<api::MemoryRegion> mr = s.ctx->RegisterMemory(
       q.buf, q.buf_bytes, api::access::kLocalWrite | api::access::kRemoteWrite);
   if (!mr.ok()) return mr.status();
@@ -699,7 +733,8 @@ JsonValue ConnectionsJson(Session& s) {
 
 JsonValue XdpJson(const Session& s) {
   JsonValue out = JsonValue::MakeArray();
-  for (const auto& [ifname, c] : s.dp().SteeringCounters()) {
+  if (s.dp() == nullptr) return out;  // attached: the daemon's (mrctl stat show)
+  for (const auto& [ifname, c] : s.dp()->SteeringCounters()) {
     JsonValue j;
     j["interface"] = ifname;
     j["redirected"] = c.redirected;
@@ -724,6 +759,8 @@ JsonValue DocumentHead(const Session& s, std::string_view role) {
   doc["test"] = TestName(s.o.test);
   doc["role"] = role;
   JsonValue config = ConfigJson(s.o, s.dp(), s.mtu);
+  config["engine"] = s.ctx->is_attached() ? "metaroced" : "embedded";
+  if (s.ctx->is_attached()) config["daemon_socket"] = s.o.daemon_socket;
   std::vector<engine::WorkerStats> ws = s.ctx->Stats();
   JsonValue& ports = config["port_descriptions"] = JsonValue::MakeArray();
   bool zero_copy = false;
@@ -740,12 +777,14 @@ JsonValue DocumentHead(const Session& s, std::string_view role) {
 
 void PrintHeader(const Session& s, bool latency) {
   if (TablesQuiet()) return;
-  const std::string engine = s.o.workers == 0 ? std::string("inline engine")
-                                               : absl::StrCat(s.o.workers, " worker(s)");
+  const std::string engine =
+      s.ctx->is_attached() ? absl::StrCat("metaroced (", s.ctx->options().workers, " worker(s))")
+      : s.o.workers == 0   ? std::string("inline engine")
+                           : absl::StrCat(s.o.workers, " worker(s)");
   std::printf("%s  %s, %d connection(s), %d path(s), %zu plane(s), %s, mtu %u%s\n",
               std::string(TestName(s.o.test)).c_str(),
               std::string(TransportName(s.o.transport)).c_str(), s.o.qps, s.o.paths,
-              s.dp().planes().size(), engine.c_str(), s.mtu, s.o.verify ? ", verify" : "");
+              s.planes(), engine.c_str(), s.mtu, s.o.verify ? ", verify" : "");
   std::vector<engine::WorkerStats> ws = s.ctx->Stats();
   if (!ws.empty() && !ws[0].port_descriptions.empty()) {
     std::printf("port: %s\n", ws[0].port_descriptions[0].c_str());
