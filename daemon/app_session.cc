@@ -1,7 +1,6 @@
 #include "daemon/app_session.h"
 
 #include <sys/mman.h>
-#include <sys/random.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -31,50 +30,12 @@ constexpr size_t kMaxNameBytes = 64;
 constexpr int kMaxFdsPerMessage = 253;
 // Larger requests are refused before any arithmetic on them.
 constexpr uint64_t kMaxBlockBytes = uint64_t{1} << 46;
-// Keys of application regions are drawn from [kFirstAppKey, kLastAppKey]: disjoint from the
-// engine's own (lkeys counting up from MemoryTable::kFirstCallerKey + 0x100, rkeys those ^
-// 0x5a5a0000, i.e. from 0xda5a0100 up).
-constexpr uint32_t kFirstAppKey = 0xa0000000u;
-constexpr uint32_t kLastAppKey = 0xd9ffffffu;
-constexpr int kKeyAttempts = 8;
 
 // This Abseil's StrCat takes absl::string_view, which is not std::string_view here.
 absl::string_view Sv(std::string_view s) { return {s.data(), s.size()}; }
 
-absl::StatusOr<uint32_t> RandomKey() {
-  uint32_t r = 0;
-  if (getrandom(&r, sizeof(r), 0) != static_cast<ssize_t>(sizeof(r))) {
-    return absl::ErrnoToStatus(errno, "getrandom for memory keys");
-  }
-  return kFirstAppKey + r % (kLastAppKey - kFirstAppKey + 1);
-}
-
-// `region` (addresses: the application's) in every shard's memory table, its bytes at `local`.
-// All or nothing.
-absl::Status RegisterInEveryShard(engine::Engine& engine, const core::MemoryRegion& region,
-                                  std::byte* local) {
-  for (int w = 0; w < engine.workers(); ++w) {
-    absl::Status s = engine.Call<absl::Status>(w, [region, local](engine::Worker& worker) {
-      return worker.endpoint().memory().RegisterMapped(region, local);
-    });
-    if (!s.ok()) {
-      for (int undo = 0; undo < w; ++undo) {
-        engine.Call<absl::Status>(undo, [lkey = region.lkey](engine::Worker& worker) {
-          return worker.endpoint().memory().Deregister(lkey);
-        }).IgnoreError();
-      }
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
-void DeregisterInEveryShard(engine::Engine& engine, uint32_t lkey) {
-  for (int w = 0; w < engine.workers(); ++w) {
-    engine.Call<absl::Status>(w, [lkey](engine::Worker& worker) {
-      return worker.endpoint().memory().Deregister(lkey);
-    }).IgnoreError();
-  }
+absl::Status NoConnection(uint32_t id) {
+  return absl::NotFoundError(absl::StrCat("no connection ", id));
 }
 
 // A member that must be an unsigned integer within [lo, hi].
@@ -123,6 +84,7 @@ struct AppSessions::CompletionQueue {
 
 struct AppSessions::AppConnection {
   uint32_t id = 0;
+  bool deleted_by_operator = false;  // conn.del: aborted, still the application's
   uint64_t serial = 0;
   uint64_t send_cq = 0, recv_cq = 0;
   std::shared_ptr<engine::ConnectionChannel> channel;  // holds its block's mapping
@@ -140,6 +102,7 @@ struct AppSessions::Session {
   pid_t pid = 0;
   uid_t uid = 0;
   std::string name;
+  uint32_t pd = 0;  // its protection domain: its regions and connections, no one else's
   std::shared_ptr<api::SharedMapping> doorbell_block;
   std::vector<engine::Doorbell*> doorbells;  // attached to the engine's workers, by worker
   std::map<uint64_t, MemoryBlock> blocks;
@@ -222,9 +185,12 @@ absl::StatusOr<Json> AppSessions::Attach(const Json& params, const ClientInfo& c
         "this control connection is attached already (session ", it->first,
         "): one session per connection; open another connection for another session"));
   }
+  absl::StatusOr<uint32_t> pd = engine_.AllocateProtectionDomain();
+  if (!pd.ok()) return pd.status();
   auto owned = std::make_unique<Session>();
   Session& session = *owned;
   session.id = client.client_id;
+  session.pd = *pd;
   session.pid = client.pid;
   session.uid = client.uid;
   session.name = PrintableName(*std::move(name), kMaxNameBytes);
@@ -459,22 +425,11 @@ absl::StatusOr<Json> AppSessions::RegisterRegion(const Json& params, const Clien
     return absl::ResourceExhaustedError(absl::StrCat(
         "this session has ", kMaxRegionsPerSession, " regions (the limit): deregister some"));
   }
-  core::MemoryRegion r;
-  r.addr = *addr;
-  r.length = *length;
-  r.access = static_cast<uint32_t>(*access);
-  absl::Status registered = absl::AlreadyExistsError("no free key");
-  for (int attempt = 0; attempt < kKeyAttempts && absl::IsAlreadyExists(registered); ++attempt) {
-    absl::StatusOr<uint32_t> lkey = RandomKey(), rkey = RandomKey();
-    if (!lkey.ok()) return lkey.status();
-    if (!rkey.ok()) return rkey.status();
-    if (*lkey == *rkey) continue;
-    r.lkey = *lkey;
-    r.rkey = *rkey;
-    registered =
-        RegisterInEveryShard(engine_, r, block->second.mapping->data() + *offset);
-  }
-  if (!registered.ok()) return registered;
+  const engine::MappedRegion mapped{*addr, *length, static_cast<uint32_t>(*access),
+                                    block->second.mapping->data() + *offset};
+  absl::StatusOr<core::MemoryRegion> registered = engine_.RegisterMappedMemory(mapped, s.pd);
+  if (!registered.ok()) return registered.status();
+  const core::MemoryRegion& r = *registered;
   s.regions[r.lkey] = Region{*mem, r};
   ++block->second.regions;
   Json out = Json::MakeObject();
@@ -503,7 +458,7 @@ absl::StatusOr<Json> AppSessions::DeregisterRegion(const Json& params, const Cli
 
 void AppSessions::RemoveRegion(Session& session, uint32_t lkey) {
   auto it = session.regions.find(lkey);
-  DeregisterInEveryShard(engine_, lkey);
+  engine_.DeregisterMemory(lkey).IgnoreError();
   if (auto block = session.blocks.find(it->second.mem); block != session.blocks.end()) {
     --block->second.regions;
   }
@@ -732,9 +687,13 @@ absl::StatusOr<Json> AppSessions::CreateConnection(const Json& params, const Cli
       engine::ConnectionChannel::PlaceAt(std::move(memory), depths, id, owner,
                                          scq->second.channel, rcq->second.channel);
   if (!channel.ok()) return undo(channel.status());
-  const core::ConnectionConfig config = api::MakeConnectionConfig(*ours, *peer, options_.tuning);
+  core::ConnectionConfig config = api::MakeConnectionConfig(*ours, *peer, options_.tuning);
+  config.pd = s.pd;  // its memory accesses find this session's regions only
+  // The application consumes its connection's path events; the operator's path.events gets
+  // copies (PollPathEvents).
   if (absl::Status st = engine_.CreateConnectionOnChannel(
-          config, engine::PeerRoute{peer->plane_addresses}, *channel);
+          config, engine::PeerRoute{peer->plane_addresses}, *channel,
+          engine::ObservePathEvents::kYes);
       !st.ok()) {
     return undo(st);
   }
@@ -845,7 +804,7 @@ absl::StatusOr<Json> AppSessions::AbortConnection(const Json& params, const Clie
   return Json::MakeObject();
 }
 
-// ---- listing, limits ----
+// ---- listing ----
 
 Json AppSessions::DescribeConnection(const Session& session, const AppConnection& c) {
   Json j = Json::MakeObject();
@@ -866,6 +825,7 @@ Json AppSessions::DescribeConnection(const Session& session, const AppConnection
   owner["pid"] = static_cast<int64_t>(session.pid);
   owner["name"] = session.name;
   owner["session"] = session.id;
+  j["deleted_by_operator"] = c.deleted_by_operator;
   j["created_s"] = c.created_s;
   j["counters"] = st.ok() ? api::CountersJson(st->counters) : Json::MakeObject();
   return j;
@@ -891,6 +851,71 @@ bool AppSessions::HasConnection(uint32_t id) const {
   }
   return false;
 }
+
+std::vector<uint32_t> AppSessions::ConnectionIds() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint32_t> ids;
+  for (const auto& [sid, s] : sessions_) {
+    for (const auto& [cid, c] : s->connections) ids.push_back(cid);
+  }
+  return ids;
+}
+
+// ---- the operator's view ----
+
+absl::StatusOr<std::pair<AppSessions::Session*, AppSessions::AppConnection*>>
+AppSessions::AnyConnection(uint32_t id) {
+  for (auto& [sid, s] : sessions_) {
+    if (auto it = s->connections.find(id); it != s->connections.end()) {
+      return std::make_pair(s.get(), &it->second);
+    }
+  }
+  return NoConnection(id);
+}
+
+absl::StatusOr<api::ConnectionStats> AppSessions::Snapshot(uint32_t id) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = AnyConnection(id).status(); !s.ok()) return s;
+  return engine_.Snapshot(id);
+}
+
+absl::Status AppSessions::RequestRotation(uint32_t id, uint16_t path_id) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = AnyConnection(id).status(); !s.ok()) return s;
+  return engine_.RequestRotation(id, path_id);
+}
+
+absl::Status AppSessions::DeleteByOperator(uint32_t id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::pair<Session*, AppConnection*>> found = AnyConnection(id);
+  if (!found.ok()) return found.status();
+  auto [session, c] = *found;
+  if (c->deleted_by_operator) return absl::OkStatus();
+  if (absl::Status s = engine_.AbortConnection(id); !s.ok()) return s;
+  c->deleted_by_operator = true;
+  options_.log(absl::StrCat("connection ", id, " of application ",
+                            session->name.empty() ? "(unnamed)" : session->name, " (pid ",
+                            session->pid, ", session ", session->id,
+                            ") deleted by the operator: aborted, its work flushed; the "
+                            "application destroys it"));
+  return absl::OkStatus();
+}
+
+size_t AppSessions::PollPathEvents(std::span<core::PathEvent> out) {
+  return engine_.PollObservedEvents(out);
+}
+
+void AppSessions::AddCounters(Json& sum) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [sid, s] : sessions_) {
+    for (const auto& [cid, c] : s->connections) {
+      absl::StatusOr<api::ConnectionStats> st = engine_.Snapshot(cid);
+      if (st.ok()) api::AddCounters(st->counters, sum);
+    }
+  }
+}
+
+// ---- limits ----
 
 void AppSessions::SetLimits(const AppLimits& limits) {
   absl::MutexLock lock(&mu_);

@@ -29,12 +29,25 @@
 //     connection id it did not get from qp.prepare, use plane addresses, an MTU or a UDP port
 //     that are not the daemon's, or choose its own protocol tunables (the daemon's path policy
 //     applies to every connection, whatever ConnectOptions::tuning said);
+//   - it cannot reach another session's memory, nor can its peers: every session has a
+//     protection domain of its own (Engine::AllocateProtectionDomain: never the default domain
+//     of the daemon's own connections and regions, never given twice while the daemon lives),
+//     its regions are registered and its connections created in it, and the core resolves a
+//     connection's keys in its domain only (docs/spec/messages-and-memory.md [M7]): another
+//     session's lkey in a work request is refused at post (LOC_PROT_ERR), another session's rkey
+//     in a peer's Write is NAKed (REM_ACCESS_ERR at the peer), exactly as keys that do not
+//     exist. Keys are drawn at random by the engine (Engine::RegisterMappedMemory), so a peer
+//     cannot guess the other regions of the session it talks to either;
 //   - it CAN address its traffic to any peer address it likes (as any unprivileged process can
-//     send UDP), and it can post work requests naming another session's lkey or a peer can name
-//     another session's rkey: the engine's memory tables are shared by all its connections (no
-//     protection domains yet), so keys are drawn at random from a space of about 2^30 (not guessable
-//     cheaply, not unguessable). Isolation between applications needs protection domains in
-//     lib/core, which it does not have yet.
+//     send UDP).
+//
+// The operator (mrctl, through the daemon's handlers) sees and manages every application
+// connection as it does the daemon's own: stats and paths (Snapshot, RequestRotation), path
+// events (PollPathEvents: copies the engine makes for the daemon, ObservePathEvents::kYes, while
+// the application keeps consuming its own event ring), and conn.del (DeleteByOperator: the
+// connection is aborted, its outstanding work completes with WR_FLUSH_ERR in the application's
+// queues as with ibv_modify_qp(ERR), and it stays the application's, listed with
+// `deleted_by_operator`, until the application destroys it with qp.destroy or detaches).
 //
 // Threading: every public method is safe from any thread (one mutex; handlers run one at a time
 // on the control server's thread anyway; engine control calls are made under it and never call
@@ -48,6 +61,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +75,7 @@
 #include "lib/api/shared_memory.h"
 #include "lib/control/json.h"
 #include "lib/core/config.h"
+#include "lib/core/path_state.h"
 
 namespace metaroce::daemon {
 
@@ -130,6 +145,23 @@ class AppSessions {
   // filtered as conn.show filters.
   std::vector<control::Json> Describe(std::optional<uint32_t> id, std::string_view peer);
   bool HasConnection(uint32_t id) const;
+  // Every application connection's id (any session).
+  std::vector<uint32_t> ConnectionIds() const;
+
+  // The operator's view of application connections, whatever session owns them. NotFound
+  // ("no connection ID") for an id that is not an application connection.
+  absl::StatusOr<api::ConnectionStats> Snapshot(uint32_t id);
+  absl::Status RequestRotation(uint32_t id, uint16_t path_id);
+  // conn.del: aborts the connection (its outstanding work completes with WR_FLUSH_ERR in the
+  // application's queues) and marks it deleted by the operator; the application still owns it
+  // and destroys it (qp.destroy). Deleting it again does nothing more.
+  absl::Status DeleteByOperator(uint32_t id);
+  // Moves up to out.size() path events of application connections into `out` (copies: the
+  // applications still get theirs; Engine::PollObservedEvents).
+  size_t PollPathEvents(std::span<core::PathEvent> out);
+  // Adds every application connection's counters to `sum` (ConnectionCounters under Soft-RoCE
+  // names, api::AddCounters).
+  void AddCounters(control::Json& sum);
 
   // Reload: new limits and tunables apply to what is made from then on.
   void SetLimits(const AppLimits& limits);
@@ -173,6 +205,9 @@ class AppSessions {
   absl::Status CheckLimits(const api::ConnectionParameters& ours) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<AppConnection*> ConnectionOf(Session& session, const control::Json& params)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The connection `id` of any session, with its session; NotFound naming the id.
+  absl::StatusOr<std::pair<Session*, AppConnection*>> AnyConnection(uint32_t id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveConnection(Session& session, uint32_t conn_id, bool abort)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

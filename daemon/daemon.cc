@@ -196,9 +196,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ConfigSource& source
   if (absl::Status s = d->StartParts(); !s.ok()) {
     d->stopped_ = true;  // undo quietly: nothing was announced
     d->server_.reset();
+    d->paths_.reset();
     d->apps_.reset();
     if (d->connections_) d->connections_->Stop();
-    d->paths_.reset();
     d->connections_.reset();
     d->context_.reset();
     return s;
@@ -235,7 +235,6 @@ absl::Status Daemon::StartParts() {
   cm.log = [this](std::string_view line) { log_.Info(absl::string_view(line.data(), line.size())); };
   connections_ = std::make_unique<ConnectionManager>(*context_, std::move(cm));
   if (absl::Status s = connections_->Start(); !s.ok()) return s;
-  paths_ = std::make_unique<PathManager>(*connections_, policy, started_);
   AppSessionsOptions ao;
   ao.limits = AppLimitsFrom(c.limits);
   ao.tuning = policy.Apply(api::HostTuning());
@@ -245,6 +244,7 @@ absl::Status Daemon::StartParts() {
     log_.Info(absl::string_view(line.data(), line.size()));
   };
   apps_ = std::make_unique<AppSessions>(*context_, std::move(ao));
+  paths_ = std::make_unique<PathManager>(*connections_, *apps_, policy, started_);
 
   ControlServerOptions so;
   so.path = c.daemon.socket;
@@ -287,7 +287,7 @@ void Daemon::RegisterHandlers() {
   server_->Register("link.show", [this](Params p, Client) { return ShowLinks(p); });
   server_->Register("stat.show", [this](Params p, Client) { return ShowStats(p); });
   server_->Register("conn.add", [this](Params p, Client) { return connections_->Add(p); });
-  server_->Register("conn.del", [this](Params p, Client) { return connections_->Delete(p); });
+  server_->Register("conn.del", [this](Params p, Client) { return DeleteConnection(p); });
   server_->Register("conn.show", [this](Params p, Client) { return ShowConnections(p); });
   server_->Register("path.show", [this](Params p, Client) { return paths_->Show(p); });
   server_->Register("path.rotate", [this](Params p, Client) { return paths_->Rotate(p); });
@@ -449,6 +449,17 @@ absl::StatusOr<Json> Daemon::ShowConnections(const Json& params) {
   return out;
 }
 
+absl::StatusOr<Json> Daemon::DeleteConnection(const Json& params) {
+  const Json* v = params.Find("id");
+  const std::optional<uint64_t> id = v != nullptr ? v->AsUint() : std::nullopt;
+  if (id && *id <= UINT32_MAX && apps_->HasConnection(static_cast<uint32_t>(*id))) {
+    if (absl::Status s = OnlyKeys(params, {"id"}); !s.ok()) return s;
+    if (absl::Status s = apps_->DeleteByOperator(static_cast<uint32_t>(*id)); !s.ok()) return s;
+    return Json::MakeObject();
+  }
+  return connections_->Delete(params);  // validates; NotFound for an id that is no one's
+}
+
 absl::StatusOr<Json> Daemon::ShowLinks(const Json& params) {
   if (absl::Status s = OnlyKeys(params, {"name"}); !s.ok()) return s;
   absl::StatusOr<std::vector<int>> planes = SelectPlanes(params);
@@ -489,13 +500,15 @@ absl::StatusOr<Json> Daemon::ShowStats(const Json& params) {
   const Config c = config();
   const std::vector<engine::WorkerStats> workers = context_->Stats();
   const auto steering = context_->datapath()->SteeringCounters();
-  // Connection counters over every connection the daemon holds now.
+  // Connection counters over every connection on the host now: the daemon's and the
+  // applications'.
   Json conn_sum = api::CountersJson(core::ConnectionCounters{});
   connections_->ForEach([&](ManagedConnection& mc) {
     if (mc.conn == nullptr) return;
     absl::StatusOr<api::ConnectionStats> s = mc.conn->Stats();
     if (s.ok()) api::AddCounters(s->counters, conn_sum);
   });
+  apps_->AddCounters(conn_sum);
   Json out = Json::MakeObject();
   Json& links = out["links"] = Json::MakeArray();
   for (int p : *planes) {

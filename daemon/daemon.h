@@ -6,10 +6,15 @@
 // serves the control socket (ControlServer) with these methods:
 //
 //   daemon.show link.show stat.show            here
-//   conn.add conn.del conn.show                ConnectionManager
-//   path.show path.rotate path.events          PathManager
-//   app.attach mem.* mr.* cq.* qp.*            AppSessions (attached applications; conn.show
-//                                              lists their connections too)
+//   conn.add conn.del conn.show                ConnectionManager, and AppSessions for
+//                                              applications' connections (conn.del, conn.show)
+//   path.show path.rotate path.events          PathManager (every connection's paths)
+//   app.attach mem.* mr.* cq.* qp.*            AppSessions (attached applications)
+//
+// The operator sees and manages every connection on the host: conn.show, conn.del, path.*,
+// and stat.show's connection counters cover the applications' connections as the daemon's own
+// (conn.del of an application's connection aborts it and leaves it to the application to
+// destroy: AppSessions::DeleteByOperator).
 //
 // Start-up (Daemon::Start): preflight checks (daemon/preflight.h), the Context, the connection
 // manager (listening for peer daemons), the path manager, the control socket, then READY=1 to
@@ -85,6 +90,9 @@ class Daemon {
   absl::StatusOr<control::Json> ShowStats(const control::Json& params);
   // conn.show: the daemon's connections, then the applications'.
   absl::StatusOr<control::Json> ShowConnections(const control::Json& params);
+  // conn.del: a daemon connection is torn down on both daemons; an application's is aborted
+  // and marked deleted by the operator (AppSessions::DeleteByOperator).
+  absl::StatusOr<control::Json> DeleteConnection(const control::Json& params);
 
  private:
   Daemon(const ConfigSource& source, Config config, Logger& log, SdNotifier& notifier);
@@ -108,8 +116,8 @@ class Daemon {
   // Declared in start-up order: destroyed in reverse.
   std::unique_ptr<api::Context> context_;
   std::unique_ptr<ConnectionManager> connections_;
-  std::unique_ptr<PathManager> paths_;
   std::unique_ptr<AppSessions> apps_;
+  std::unique_ptr<PathManager> paths_;  // uses connections_ and apps_
   std::unique_ptr<ControlServer> server_;
 };
 

@@ -36,8 +36,9 @@ core::ConnectionConfig PathPolicy::Apply(core::ConnectionConfig base) const {
   return base;
 }
 
-PathManager::PathManager(ConnectionManager& connections, PathPolicy policy, absl::Time started)
-    : connections_(connections), policy_(std::move(policy)), started_(started) {}
+PathManager::PathManager(ConnectionManager& connections, AppSessions& apps, PathPolicy policy,
+                         absl::Time started)
+    : connections_(connections), apps_(apps), policy_(std::move(policy)), started_(started) {}
 
 void PathManager::SetPolicy(const PathPolicy& policy) {
   absl::MutexLock lock(&mu_);
@@ -55,6 +56,13 @@ void PathManager::Tick() {
       drained.insert(drained.end(), buf, buf + n);
     }
   });
+  // Applications' connections: copies, theirs stay in their rings (header).
+  core::PathEvent buf[64];
+  size_t n = 0;
+  while ((n = apps_.PollPathEvents(std::span<core::PathEvent>(buf))) > 0) {
+    drained.insert(drained.end(), buf, buf + n);
+  }
+  for (uint32_t id : apps_.ConnectionIds()) live.insert(id);
   absl::MutexLock lock(&mu_);
   for (const core::PathEvent& e : drained) Record(e);
   // The record of a deleted connection goes with it.
@@ -86,6 +94,22 @@ void PathManager::Record(const core::PathEvent& e) {
   while (q.size() > policy_.events_kept) q.pop_front();
 }
 
+absl::StatusOr<api::ConnectionStats> PathManager::StatsOf(uint32_t id) {
+  if (api::Connection* conn = connections_.Find(id); conn != nullptr) return conn->Stats();
+  return apps_.Snapshot(id);  // NotFound for an id that is no one's
+}
+
+absl::Status PathManager::RotateOne(uint32_t id, uint16_t path_id) {
+  if (api::Connection* conn = connections_.Find(id); conn != nullptr) {
+    return conn->RequestRotation(path_id);
+  }
+  return apps_.RequestRotation(id, path_id);
+}
+
+bool PathManager::Exists(uint32_t id) {
+  return connections_.Find(id) != nullptr || apps_.HasConnection(id);
+}
+
 absl::StatusOr<Json> PathManager::Show(const Json& params) {
   if (absl::Status s = OnlyKeys(params, {"conn", "path"}); !s.ok()) return s;
   absl::StatusOr<uint32_t> id = ConnId(params, "conn");
@@ -95,9 +119,7 @@ absl::StatusOr<Json> PathManager::Show(const Json& params) {
     path = v->AsUint();
     if (!path) return absl::InvalidArgumentError("path: expected a path id (integer)");
   }
-  api::Connection* conn = connections_.Find(*id);
-  if (conn == nullptr) return absl::NotFoundError(absl::StrCat("no connection ", *id));
-  absl::StatusOr<api::ConnectionStats> st = conn->Stats();
+  absl::StatusOr<api::ConnectionStats> st = StatsOf(*id);
   if (!st.ok()) return st.status();
   if (path && *path >= st->paths.size()) {
     return absl::NotFoundError(absl::StrCat("connection ", *id, " has no path ", *path, " (",
@@ -118,16 +140,14 @@ absl::StatusOr<Json> PathManager::Rotate(const Json& params) {
   if (!id.ok()) return id.status();
   absl::StatusOr<uint64_t> path = params.GetUint("path");
   if (!path.ok()) return path.status();
-  api::Connection* conn = connections_.Find(*id);
-  if (conn == nullptr) return absl::NotFoundError(absl::StrCat("no connection ", *id));
-  absl::StatusOr<api::ConnectionStats> before = conn->Stats();
+  absl::StatusOr<api::ConnectionStats> before = StatsOf(*id);
   if (!before.ok()) return before.status();
   if (*path >= before->paths.size()) {
     return absl::NotFoundError(absl::StrCat("connection ", *id, " has no path ", *path, " (",
                                             before->paths.size(), " paths)"));
   }
-  if (absl::Status s = conn->RequestRotation(static_cast<uint16_t>(*path)); !s.ok()) return s;
-  absl::StatusOr<api::ConnectionStats> after = conn->Stats();
+  if (absl::Status s = RotateOne(*id, static_cast<uint16_t>(*path)); !s.ok()) return s;
+  absl::StatusOr<api::ConnectionStats> after = StatsOf(*id);
   if (!after.ok()) return after.status();
   const core::PathStats& b = before->paths[*path];
   const core::PathStats& a = after->paths[*path];
@@ -147,7 +167,7 @@ absl::StatusOr<Json> PathManager::Events(const Json& params) {
   if (const Json* v = params.Find("conn"); v != nullptr && !v->is_null()) {
     absl::StatusOr<uint32_t> c = ConnId(params, "conn");
     if (!c.ok()) return c.status();
-    if (connections_.Find(*c) == nullptr) return absl::NotFoundError(absl::StrCat("no connection ", *c));
+    if (!Exists(*c)) return absl::NotFoundError(absl::StrCat("no connection ", *c));
     id = *c;
   }
   Tick();  // what happened up to now

@@ -13,6 +13,21 @@
 // state change and rotation with its reason (read from the connections' path events), serves
 // telemetry, and runs operator rotations (subject to the same bucket).
 //
+// Every connection on the host, the daemon's own (ConnectionManager) and the attached
+// applications' (AppSessions), is shown, rotated and recorded alike; an id is looked up among
+// the daemon's first, then the applications'. Their path events reach the record differently:
+//   - the daemon's connections are the daemon's: their event rings are drained here
+//     (api::Connection::PollEvents);
+//   - an application's connection's event ring is the application's to consume
+//     (Connection::PollEvents in its process), so the daemon must not drain it. Instead the
+//     daemon creates application connections with engine::ObservePathEvents::kYes: their owner
+//     worker puts a copy of every event into its observer ring (lib/engine/engine.h), drained
+//     here through AppSessions::PollPathEvents. The application loses nothing and the record
+//     misses nothing but what a full observer ring dropped (counted per worker,
+//     observed_events_dropped). Chosen over an engine callback (it would run on the worker
+//     thread and take the daemon's locks on the data path) and over polling each connection
+//     through the control queue (a worker wake-up per connection every tick).
+//
 // Threading: Tick() from the daemon's main loop; the methods from the control server's thread;
 // internally locked.
 #pragma once
@@ -24,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/app_session.h"
 #include "daemon/connection_manager.h"
 #include "lib/control/json.h"
 #include "lib/core/config.h"
@@ -45,9 +61,12 @@ struct PathPolicy {
 
 class PathManager {
  public:
-  PathManager(ConnectionManager& connections, PathPolicy policy, absl::Time started);
+  // `connections` and `apps` must outlive the path manager.
+  PathManager(ConnectionManager& connections, AppSessions& apps, PathPolicy policy,
+              absl::Time started);
 
-  // Drains every connection's path events into the record. Call every few milliseconds.
+  // Drains every connection's path events (the daemon's and copies of the applications') into
+  // the record. Call every few milliseconds.
   void Tick();
   void SetPolicy(const PathPolicy& policy);
 
@@ -57,8 +76,13 @@ class PathManager {
 
  private:
   void Record(const core::PathEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The connection `id`, the daemon's or an application's: NotFound naming it otherwise.
+  absl::StatusOr<api::ConnectionStats> StatsOf(uint32_t id);
+  absl::Status RotateOne(uint32_t id, uint16_t path_id);
+  bool Exists(uint32_t id);
 
   ConnectionManager& connections_;
+  AppSessions& apps_;
   absl::Mutex mu_;
   PathPolicy policy_ ABSL_GUARDED_BY(mu_);
   absl::Time started_;

@@ -56,6 +56,10 @@ struct ConnectionConfig {
   uint32_t remote_conn_id = 1;
   uint64_t tx_token = 0;
   uint64_t rx_token = 0;
+  // Protection domain (docs/spec/messages-and-memory.md [M7]): every memory access of the
+  // connection (its posted buffers, incoming Writes) resolves only regions registered in this
+  // domain. Local: never on the wire, not agreed with the peer.
+  uint32_t pd = 0;
 
   // Paths. Path i starts on source port initial_ports[i] (or port_base + i when empty) and on
   // plane i % plane_count. Rotation draws new ports from [rotate_port_lo, rotate_port_hi].

@@ -12,7 +12,8 @@ bool InBounds(const MemoryRegion& r, uint64_t addr, uint64_t length) {
 
 }  // namespace
 
-absl::StatusOr<MemoryRegion> MemoryTable::Register(void* base, uint64_t length, uint32_t access) {
+absl::StatusOr<MemoryRegion> MemoryTable::Register(void* base, uint64_t length, uint32_t access,
+                                                   uint32_t pd) {
   if (base == nullptr || length == 0) {
     return absl::InvalidArgumentError("memory region must be non-empty and non-null");
   }
@@ -26,6 +27,7 @@ absl::StatusOr<MemoryRegion> MemoryTable::Register(void* base, uint64_t length, 
   r.addr = reinterpret_cast<uint64_t>(base);
   r.length = length;
   r.access = access;
+  r.pd = pd;
   r.lkey = next_key_++;
   // rkeys are distinct from lkeys so that a confused peer cannot use an lkey as an rkey.
   r.rkey = r.lkey ^ 0x5a5a0000u;
@@ -69,10 +71,11 @@ absl::Status MemoryTable::Deregister(uint32_t lkey) {
   return absl::OkStatus();
 }
 
-AccessError MemoryTable::ResolveLocal(uint32_t lkey, uint64_t addr, uint64_t length,
-                                      bool need_write, std::byte** out) const {
+AccessError MemoryTable::ResolveLocal(uint32_t pd, uint32_t lkey, uint64_t addr,
+                                      uint64_t length, bool need_write, std::byte** out) const {
   auto it = by_lkey_.find(lkey);
-  if (it == by_lkey_.end()) return AccessError::kUnknownKey;
+  // Another domain's region is as unknown as no region at all ([M7]).
+  if (it == by_lkey_.end() || it->second.region.pd != pd) return AccessError::kUnknownKey;
   const MemoryRegion& r = it->second.region;
   if (need_write && !(r.access & access::kLocalWrite)) return AccessError::kNotPermitted;
   if (!InBounds(r, addr, length)) return AccessError::kOutOfBounds;
@@ -80,12 +83,13 @@ AccessError MemoryTable::ResolveLocal(uint32_t lkey, uint64_t addr, uint64_t len
   return AccessError::kNone;
 }
 
-AccessError MemoryTable::ResolveRemoteWrite(uint32_t rkey, uint64_t addr, uint64_t length,
-                                            std::byte** out) const {
+AccessError MemoryTable::ResolveRemoteWrite(uint32_t pd, uint32_t rkey, uint64_t addr,
+                                            uint64_t length, std::byte** out) const {
   auto k = lkey_by_rkey_.find(rkey);
   if (k == lkey_by_rkey_.end()) return AccessError::kUnknownKey;
   const Entry& e = by_lkey_.at(k->second);
   const MemoryRegion& r = e.region;
+  if (r.pd != pd) return AccessError::kUnknownKey;  // as no region at all ([M7])
   if (!(r.access & access::kRemoteWrite)) return AccessError::kNotPermitted;
   if (!InBounds(r, addr, length)) return AccessError::kOutOfBounds;
   *out = e.local_base + (addr - r.addr);

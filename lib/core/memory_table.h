@@ -11,6 +11,13 @@
 // are mapped here elsewhere (shared memory). RegisterMapped records where; Resolve*() then
 // returns the local address of the same byte.
 //
+// Protection domains (as ibv_pd; docs/spec/messages-and-memory.md [M7]): every region belongs to
+// one (MemoryRegion::pd; kDefaultProtectionDomain is the domain of applications that never ask
+// for another), and every Resolve*() names the domain of the connection asking. A region of
+// another domain is not found: the answer is kUnknownKey, exactly as for a key that was never
+// registered, so that probing keys cannot tell the two apart. Keys stay unique across domains
+// (one hash lookup per resolution, then one compare of the entry's domain).
+//
 // Thread-safety: none; owned by one endpoint and used from its thread only.
 #pragma once
 
@@ -23,12 +30,16 @@
 
 namespace metaroce::core {
 
+// The domain of every region and connection that does not name another.
+inline constexpr uint32_t kDefaultProtectionDomain = 0;
+
 struct MemoryRegion {
   uint64_t addr = 0;
   uint64_t length = 0;
   uint32_t lkey = 0;
   uint32_t rkey = 0;
   uint32_t access = 0;  // access::*
+  uint32_t pd = kDefaultProtectionDomain;  // only connections of this domain can use the region
 };
 
 // Why an access was refused. Maps to completion statuses: local checks give LOC_PROT_ERR /
@@ -37,12 +48,15 @@ enum class AccessError : uint8_t { kNone, kUnknownKey, kOutOfBounds, kNotPermitt
 
 class MemoryTable {
  public:
-  // Registers [base, base+length) with the given access; keys are assigned by the table and are
-  // never reused while the table lives. Fails on a null or empty range or unknown access bits.
-  absl::StatusOr<MemoryRegion> Register(void* base, uint64_t length, uint32_t access);
-  // Registers a region under keys chosen by the caller: an engine with several shards gives the
-  // same region the same keys in every shard's table. Refuses keys already in use, and keys the
-  // table itself could still assign (below kFirstCallerKey).
+  // Registers [base, base+length) with the given access in domain `pd`; keys are assigned by the
+  // table and are never reused while the table lives. Fails on a null or empty range or unknown
+  // access bits.
+  absl::StatusOr<MemoryRegion> Register(void* base, uint64_t length, uint32_t access,
+                                        uint32_t pd = kDefaultProtectionDomain);
+  // Registers a region under keys (and in the domain) chosen by the caller: an engine with
+  // several shards gives the same region the same keys in every shard's table. Refuses keys
+  // already in use in any domain, and keys the table itself could still assign (below
+  // kFirstCallerKey).
   absl::Status RegisterWithKeys(const MemoryRegion& region);
   // Keys at or above this are never assigned by Register().
   static constexpr uint32_t kFirstCallerKey = 0x80000000u;
@@ -53,11 +67,13 @@ class MemoryTable {
   // (as with ibv_dereg_mr): the core keeps resolved pointers for outstanding work.
   absl::Status Deregister(uint32_t lkey);
 
-  // For a local gather/scatter list element. `need_write`: the core will write (receive buffers).
-  AccessError ResolveLocal(uint32_t lkey, uint64_t addr, uint64_t length, bool need_write,
-                           std::byte** out) const;
-  // For an incoming Write: needs access::kRemoteWrite and the whole range inside the region.
-  AccessError ResolveRemoteWrite(uint32_t rkey, uint64_t addr, uint64_t length,
+  // For a local gather/scatter list element of a connection of domain `pd`. `need_write`: the
+  // core will write (receive buffers).
+  AccessError ResolveLocal(uint32_t pd, uint32_t lkey, uint64_t addr, uint64_t length,
+                           bool need_write, std::byte** out) const;
+  // For an incoming Write on a connection of domain `pd`: needs access::kRemoteWrite and the
+  // whole range inside the region.
+  AccessError ResolveRemoteWrite(uint32_t pd, uint32_t rkey, uint64_t addr, uint64_t length,
                                  std::byte** out) const;
 
   size_t size() const { return by_lkey_.size(); }

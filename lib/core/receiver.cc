@@ -44,8 +44,8 @@ absl::Status Receiver::PostRecv(const RecvWorkRequest& wr) {
   }
   std::byte* buf = nullptr;
   if (wr.local.length > 0) {
-    switch (conn_.memory_.ResolveLocal(wr.local.lkey, wr.local.addr, wr.local.length, true,
-                                       &buf)) {
+    switch (conn_.memory_.ResolveLocal(cfg_.pd, wr.local.lkey, wr.local.addr, wr.local.length,
+                                       true, &buf)) {
       case AccessError::kNone: break;
       case AccessError::kOutOfBounds:
         return absl::OutOfRangeError("LOC_LEN_ERR: receive buffer is outside its memory region");
@@ -53,7 +53,8 @@ absl::Status Receiver::PostRecv(const RecvWorkRequest& wr) {
         return absl::PermissionDeniedError(
             "LOC_PROT_ERR: receive buffer's region lacks LOCAL_WRITE access");
       case AccessError::kUnknownKey:
-        return absl::PermissionDeniedError("LOC_PROT_ERR: lkey does not name a memory region");
+        return absl::PermissionDeniedError(
+            "LOC_PROT_ERR: lkey names no memory region of this connection's protection domain");
     }
   }
   PostedReceive& r = receives_.emplace_back();
@@ -94,11 +95,12 @@ wire::Syndrome Receiver::Check(const wire::Packet& p, std::byte** dst) {
     *dst = nullptr;
     return wire::Syndrome::kAck;  // duplicate data: caller records the PSN only
   }
-  // [M2] every Write packet is checked for key, bounds and access before memory is touched.
+  // [M2] every Write packet is checked for key, bounds and access before memory is touched; [M7]
+  // only regions of the connection's protection domain are found.
   std::byte* target = nullptr;
   if (wire::IsWrite(p.opcode)) {
-    if (conn_.memory_.ResolveRemoteWrite(d.rkey, d.remote_addr, p.payload.size(), &target) !=
-        AccessError::kNone) {
+    if (conn_.memory_.ResolveRemoteWrite(cfg_.pd, d.rkey, d.remote_addr, p.payload.size(),
+                                         &target) != AccessError::kNone) {
       m.refused = wire::Syndrome::kRemoteAccessNak;  // [M2] the whole message is refused
       return m.refused;
     }

@@ -75,13 +75,15 @@ absl::Status Sender::Post(Instant now, const SendWorkRequest& wr) {
   const std::byte* src = nullptr;
   if (wr.local.length > 0) {
     std::byte* p = nullptr;
-    switch (conn_.memory_.ResolveLocal(wr.local.lkey, wr.local.addr, wr.local.length, false, &p)) {
+    switch (conn_.memory_.ResolveLocal(cfg_.pd, wr.local.lkey, wr.local.addr, wr.local.length,
+                                       false, &p)) {
       case AccessError::kNone: break;
       case AccessError::kOutOfBounds:
         return absl::OutOfRangeError("LOC_LEN_ERR: local buffer is outside its memory region");
       case AccessError::kUnknownKey:
       case AccessError::kNotPermitted:
-        return absl::PermissionDeniedError("LOC_PROT_ERR: lkey does not name a memory region");
+        return absl::PermissionDeniedError(
+            "LOC_PROT_ERR: lkey names no memory region of this connection's protection domain");
     }
     src = p;
   }

@@ -2,6 +2,9 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/random.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <bit>
@@ -42,6 +45,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     wo.rx_batch = options.rx_batch;
     wo.tx_send_retries = options.tx_send_retries;
     wo.tx_backlog_limit = options.tx_backlog_limit;
+    wo.observed_event_depth = options.observed_event_depth;
     // Inline: the application answers between two iterations; its answer goes before our ACK.
     wo.defer_receive_acks = inline_mode;
     absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Create(wo, std::move(ports));
@@ -110,26 +114,70 @@ uint32_t Engine::AllocateConnectionId() {
   return id;
 }
 
-absl::StatusOr<core::MemoryRegion> Engine::RegisterMemory(void* base, uint64_t length,
-                                                          uint32_t access) {
-  if (base == nullptr || length == 0) {
+namespace {
+
+// The checks every shard's MemoryTable makes too, made once, before any shard is touched.
+absl::Status CheckRegion(uint64_t addr, uint64_t length, uint32_t access) {
+  if (addr == 0 || length == 0) {
     return absl::InvalidArgumentError("memory region must be non-empty and non-null");
   }
-  if ((access & core::access::kRemoteWrite) && !(access & core::access::kLocalWrite)) {
-    // Same rule as ibv_reg_mr.
-    return absl::InvalidArgumentError("REMOTE_WRITE requires LOCAL_WRITE");
+  if (addr + length < addr) return absl::InvalidArgumentError("memory region wraps around");
+  constexpr uint32_t kAll =
+      core::access::kLocalWrite | core::access::kRemoteWrite | core::access::kRemoteRead;
+  if ((access & ~kAll) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("access ", access, " has unknown bits; known: ", kAll));
   }
-  absl::MutexLock lock(&keys_mu_);
-  core::MemoryRegion r;
-  r.addr = reinterpret_cast<uint64_t>(base);
-  r.length = length;
-  r.access = access;
-  r.lkey = next_lkey_++;
-  // Distinct from every lkey (as MemoryTable::Register does), and still >= kFirstCallerKey.
-  r.rkey = r.lkey ^ 0x5a5a0000u;
+  if ((access & core::access::kRemoteWrite) && !(access & core::access::kLocalWrite)) {
+    return absl::InvalidArgumentError("REMOTE_WRITE requires LOCAL_WRITE (as ibv_reg_mr)");
+  }
+  return absl::OkStatus();
+}
+
+// Counted keys: rkeys are distinct from every lkey (as MemoryTable::Register makes them).
+constexpr uint32_t kCountedRkeyMask = 0x5a5a0000u;
+// Random draws before giving up: the space holds ~2^30 keys, so only a table holding most of
+// them makes a draw fail this often.
+constexpr int kRandomKeyAttempts = 64;
+
+}  // namespace
+
+bool Engine::KeyInUse(uint32_t key) const {
+  return rkey_of_lkey_.contains(key) || rkeys_.contains(key);
+}
+
+absl::StatusOr<std::pair<uint32_t, uint32_t>> Engine::CountedKeys() {
+  while (next_lkey_ >= core::MemoryTable::kFirstCallerKey) {
+    const uint32_t lkey = next_lkey_++;
+    const uint32_t rkey = lkey ^ kCountedRkeyMask;
+    if (rkey >= core::MemoryTable::kFirstCallerKey && !KeyInUse(lkey) && !KeyInUse(rkey)) {
+      return std::make_pair(lkey, rkey);
+    }
+  }
+  return absl::ResourceExhaustedError(
+      "this engine has given out every memory key it counts: restart the process");
+}
+
+absl::StatusOr<std::pair<uint32_t, uint32_t>> Engine::RandomKeys() {
+  constexpr uint32_t kSpan = kLastRandomKey - kFirstRandomKey + 1;
+  for (int attempt = 0; attempt < kRandomKeyAttempts; ++attempt) {
+    uint32_t r[2];
+    if (getrandom(r, sizeof(r), 0) != static_cast<ssize_t>(sizeof(r))) {
+      return absl::ErrnoToStatus(errno, "getrandom for memory keys");
+    }
+    const uint32_t lkey = kFirstRandomKey + r[0] % kSpan;
+    const uint32_t rkey = kFirstRandomKey + r[1] % kSpan;
+    if (lkey != rkey && !KeyInUse(lkey) && !KeyInUse(rkey)) return std::make_pair(lkey, rkey);
+  }
+  return absl::ResourceExhaustedError(
+      "no free random memory key found: deregister memory regions first");
+}
+
+absl::Status Engine::RegisterInEveryWorker(const core::MemoryRegion& r, std::byte* local_base) {
   for (int w = 0; w < workers(); ++w) {
-    absl::Status s = Call<absl::Status>(
-        w, [r](Worker& worker) { return worker.endpoint().memory().RegisterWithKeys(r); });
+    absl::Status s = Call<absl::Status>(w, [r, local_base](Worker& worker) {
+      return worker.endpoint().memory().RegisterMapped(r, local_base);
+    });
     if (!s.ok()) {
       for (int undo = 0; undo < w; ++undo) {
         Call<absl::Status>(undo, [lkey = r.lkey](Worker& worker) {
@@ -138,6 +186,38 @@ absl::StatusOr<core::MemoryRegion> Engine::RegisterMemory(void* base, uint64_t l
       }
       return s;
     }
+  }
+  rkey_of_lkey_[r.lkey] = r.rkey;
+  rkeys_.insert(r.rkey);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<core::MemoryRegion> Engine::RegisterMemory(void* base, uint64_t length,
+                                                          uint32_t access, uint32_t pd) {
+  const uint64_t addr = reinterpret_cast<uint64_t>(base);
+  if (absl::Status s = CheckRegion(addr, length, access); !s.ok()) return s;
+  absl::MutexLock lock(&keys_mu_);
+  absl::StatusOr<std::pair<uint32_t, uint32_t>> keys = CountedKeys();
+  if (!keys.ok()) return keys.status();
+  const core::MemoryRegion r{addr, length, keys->first, keys->second, access, pd};
+  if (absl::Status s = RegisterInEveryWorker(r, static_cast<std::byte*>(base)); !s.ok()) return s;
+  return r;
+}
+
+absl::StatusOr<core::MemoryRegion> Engine::RegisterMappedMemory(const MappedRegion& region,
+                                                                uint32_t pd) {
+  if (region.local_base == nullptr) {
+    return absl::InvalidArgumentError("a mapped region needs its local mapping (local_base)");
+  }
+  if (absl::Status s = CheckRegion(region.addr, region.length, region.access); !s.ok()) return s;
+  absl::MutexLock lock(&keys_mu_);
+  absl::StatusOr<std::pair<uint32_t, uint32_t>> keys = RandomKeys();
+  if (!keys.ok()) return keys.status();
+  const core::MemoryRegion r{region.addr, region.length, keys->first, keys->second,
+                             region.access, pd};
+  if (absl::Status s = RegisterInEveryWorker(r, static_cast<std::byte*>(region.local_base));
+      !s.ok()) {
+    return s;
   }
   return r;
 }
@@ -150,7 +230,22 @@ absl::Status Engine::DeregisterMemory(uint32_t lkey) {
         w, [lkey](Worker& worker) { return worker.endpoint().memory().Deregister(lkey); });
     if (first.ok()) first = s;
   }
+  if (auto it = rkey_of_lkey_.find(lkey); it != rkey_of_lkey_.end()) {
+    rkeys_.erase(it->second);
+    rkey_of_lkey_.erase(it);
+  }
   return first;
+}
+
+absl::StatusOr<uint32_t> Engine::AllocateProtectionDomain() {
+  uint32_t pd = next_pd_.load(std::memory_order_relaxed);
+  do {
+    if (pd == core::kDefaultProtectionDomain) {  // wrapped: every other one was given out
+      return absl::ResourceExhaustedError(
+          "this engine has given out every protection domain: restart the process");
+    }
+  } while (!next_pd_.compare_exchange_weak(pd, pd + 1, std::memory_order_relaxed));
+  return pd;
 }
 
 std::shared_ptr<CompletionChannel> Engine::CreateCompletionChannel(size_t depth) {
@@ -176,7 +271,8 @@ absl::StatusOr<std::shared_ptr<ConnectionChannel>> Engine::CreateConnection(
 
 absl::Status Engine::CreateConnectionOnChannel(const core::ConnectionConfig& config,
                                                const PeerRoute& route,
-                                               std::shared_ptr<ConnectionChannel> channel) {
+                                               std::shared_ptr<ConnectionChannel> channel,
+                                               ObservePathEvents observe) {
   if (channel == nullptr || !channel->has_completion_channels()) {
     return absl::InvalidArgumentError(
         "a connection needs a channel with a send and a receive completion channel");
@@ -198,9 +294,10 @@ absl::Status Engine::CreateConnectionOnChannel(const core::ConnectionConfig& con
                                                      workers()));
     }
   }
-  return Call<absl::Status>(owner, [&config, &route, channel = std::move(channel)](Worker& w) {
-    return w.AddConnection(config, route, channel);
-  });
+  return Call<absl::Status>(
+      owner, [&config, &route, channel = std::move(channel), observe](Worker& w) {
+        return w.AddConnection(config, route, channel, observe == ObservePathEvents::kYes);
+      });
 }
 
 absl::StatusOr<int> Engine::AddDoorbell(int worker, Doorbell* doorbell) {
@@ -238,6 +335,18 @@ absl::Status Engine::RequestRotation(uint32_t conn_id, uint16_t path_id) {
 absl::Status Engine::AbortConnection(uint32_t conn_id) {
   return Call<absl::Status>(OwnerOf(conn_id),
                             [conn_id](Worker& w) { return w.AbortConnection(conn_id); });
+}
+
+size_t Engine::PollObservedEvents(std::span<core::PathEvent> out) {
+  absl::MutexLock lock(&observed_mu_);
+  size_t n = 0;
+  const size_t count = workers_.size();
+  // Starting one worker further each call, so that no worker's events starve another's.
+  for (size_t i = 0; i < count && n < out.size(); ++i) {
+    n += workers_[(next_observed_worker_ + i) % count]->observed_events().PopBatch(out.subspan(n));
+  }
+  next_observed_worker_ = (next_observed_worker_ + 1) % count;
+  return n;
 }
 
 std::vector<WorkerStats> Engine::Stats() {

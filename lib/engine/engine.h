@@ -28,7 +28,29 @@
 // Applications in other processes (the daemon hosting the engine): their channels are placed in
 // memory shared with them (ConnectionChannel/CompletionChannel::PlaceAt, lib/engine/channels.h)
 // and given to the engine with CreateConnectionOnChannel; they wake workers through doorbells
-// of their own (AddDoorbell, lib/engine/doorbell.h).
+// of their own (AddDoorbell, lib/engine/doorbell.h); their memory is registered where it is
+// mapped here (RegisterMappedMemory), each in a protection domain of its own
+// (AllocateProtectionDomain; docs/spec/messages-and-memory.md [M7]), so that neither they nor
+// their peers can name another's regions.
+//
+// Memory keys are allocated here, in one place, and are the same in every worker's table:
+//   RegisterMemory        lkeys counting up from core::MemoryTable::kFirstCallerKey + 0x100,
+//                         rkey = lkey ^ 0x5a5a0000 (predictable: embedded applications trust
+//                         their process and their peers);
+//   RegisterMappedMemory  lkey and rkey drawn at random (getrandom) from [kFirstRandomKey,
+//                         kLastRandomKey], a range the counted keys above do not reach for their
+//                         first 2^25 registrations: rkeys travel to peers, and a peer should not
+//                         guess another region of the same domain.
+// Either way a key in use is skipped: a key never names two regions at once, whatever their
+// domains.
+//
+// Path events of a connection go to its channel's event ring, which its application consumes.
+// A connection created with ObservePathEvents::kYes also has a copy of each of its events put
+// into its owner worker's *observer ring* (one per worker, in this process's heap), which the
+// host's operator side (the daemon's path manager) drains with PollObservedEvents: the daemon
+// records the events of connections it does not consume (applications') without taking them
+// from their owner. A full observer ring drops the copy and counts it
+// (WorkerStats::observed_events_dropped); the application's own ring is not affected.
 #pragma once
 
 #include <atomic>
@@ -36,10 +58,14 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -76,6 +102,19 @@ struct EngineOptions {
   uint32_t max_datagram_bytes = 9216;
   // Ring depths of each connection (send, receive: rounded up to powers of two) and its events.
   uint32_t event_depth = 256;
+  // Each worker's observer ring (copies of observed connections' path events).
+  uint32_t observed_event_depth = 1024;
+};
+
+// Whether a connection's path events are also copied to the engine's observer rings.
+enum class ObservePathEvents : uint8_t { kNo, kYes };
+
+// A region of another process to register: its addresses there, its bytes mapped here.
+struct MappedRegion {
+  uint64_t addr = 0;           // its first byte in the other process (what requests name)
+  uint64_t length = 0;
+  uint32_t access = 0;         // core::access::*
+  void* local_base = nullptr;  // the same first byte, mapped in this process
 };
 
 class Engine {
@@ -100,10 +139,23 @@ class Engine {
   uint32_t AllocateConnectionId();
 
   // Registers [base, base+length) in every worker's memory table under the same lkey and rkey
-  // (chosen here, >= core::MemoryTable::kFirstCallerKey). All or nothing.
-  absl::StatusOr<core::MemoryRegion> RegisterMemory(void* base, uint64_t length, uint32_t access);
+  // (counted here, >= core::MemoryTable::kFirstCallerKey), in protection domain `pd`. All or
+  // nothing.
+  absl::StatusOr<core::MemoryRegion> RegisterMemory(
+      void* base, uint64_t length, uint32_t access,
+      uint32_t pd = core::kDefaultProtectionDomain);
+  // Registers another process's region (its addresses; its bytes at region.local_base here) in
+  // every worker's table under random keys drawn here, in protection domain `pd`. All or
+  // nothing. InvalidArgument for an empty, wrapping or unmapped region or bad access bits.
+  absl::StatusOr<core::MemoryRegion> RegisterMappedMemory(const MappedRegion& region,
+                                                          uint32_t pd);
   // The caller must not deregister memory that posted work still uses (as ibv_dereg_mr).
   absl::Status DeregisterMemory(uint32_t lkey);
+  // A protection domain no one has had before in this engine: never the default domain, never
+  // given twice while the engine lives. ResourceExhausted after 2^32 - 1 of them.
+  absl::StatusOr<uint32_t> AllocateProtectionDomain();
+  static constexpr uint32_t kFirstRandomKey = 0xa0000000u;
+  static constexpr uint32_t kLastRandomKey = 0xd9ffffffu;
 
   // A completion channel with `depth` entries per worker, in heap memory. A channel in caller
   // memory: CompletionChannel::PlaceAt(memory, workers(), depth).
@@ -117,10 +169,12 @@ class Engine {
       std::shared_ptr<CompletionChannel> send_cq, std::shared_ptr<CompletionChannel> recv_cq);
   // The same, on a channel the caller made (e.g. ConnectionChannel::PlaceAt in memory shared
   // with an application): its conn_id must be config.local_conn_id, its owner
-  // OwnerOf(local_conn_id), and its completion channels must have workers() rings each.
+  // OwnerOf(local_conn_id), and its completion channels must have workers() rings each. With
+  // ObservePathEvents::kYes its path events are copied to the observer rings too.
   absl::Status CreateConnectionOnChannel(const core::ConnectionConfig& config,
                                          const PeerRoute& route,
-                                         std::shared_ptr<ConnectionChannel> channel);
+                                         std::shared_ptr<ConnectionChannel> channel,
+                                         ObservePathEvents observe = ObservePathEvents::kNo);
   absl::Status DestroyConnection(uint32_t conn_id);
   absl::StatusOr<ConnectionSnapshot> Snapshot(uint32_t conn_id);
   absl::Status RequestRotation(uint32_t conn_id, uint16_t path_id);
@@ -128,6 +182,10 @@ class Engine {
   // (core::Connection::Abort). It stays in the engine until DestroyConnection.
   absl::Status AbortConnection(uint32_t conn_id);
   std::vector<WorkerStats> Stats();
+  // Moves up to out.size() copies of observed connections' path events into `out`, from every
+  // worker's observer ring in turn; returns how many. Safe from any thread (callers are
+  // serialized by a mutex: each ring has one consumer at a time); never waits for a worker.
+  size_t PollObservedEvents(std::span<core::PathEvent> out);
 
   // Data path: tells the owner of `channel` that its rings have work (cheap when it is awake;
   // nothing in inline mode, where the next Poll() finds the work).
@@ -176,8 +234,24 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::atomic<uint32_t> next_conn_id_{1};
 
+  // Registers `r` (keys chosen) in every worker's table, its bytes at `local_base`; all or
+  // nothing.
+  absl::Status RegisterInEveryWorker(const core::MemoryRegion& r, std::byte* local_base)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(keys_mu_);
+  // Fresh keys (lkey and rkey, distinct, neither in use).
+  absl::StatusOr<std::pair<uint32_t, uint32_t>> CountedKeys()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(keys_mu_);
+  absl::StatusOr<std::pair<uint32_t, uint32_t>> RandomKeys()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(keys_mu_);
+  bool KeyInUse(uint32_t key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(keys_mu_);
+
   absl::Mutex keys_mu_;  // serializes memory registration across workers
   uint32_t next_lkey_ ABSL_GUARDED_BY(keys_mu_) = core::MemoryTable::kFirstCallerKey + 0x100;
+  absl::flat_hash_map<uint32_t, uint32_t> rkey_of_lkey_ ABSL_GUARDED_BY(keys_mu_);  // registered
+  absl::flat_hash_set<uint32_t> rkeys_ ABSL_GUARDED_BY(keys_mu_);
+  std::atomic<uint32_t> next_pd_{core::kDefaultProtectionDomain + 1};
+  absl::Mutex observed_mu_;  // one consumer of the observer rings at a time
+  size_t next_observed_worker_ ABSL_GUARDED_BY(observed_mu_) = 0;
 };
 
 }  // namespace metaroce::engine

@@ -90,7 +90,8 @@ Worker::Worker(const WorkerOptions& options, std::vector<std::unique_ptr<io::Pac
       backlog_(ports_.size()),
       unflushed_(ports_.size(), false),
       rx_(std::max<uint32_t>(options.rx_batch, 1)),
-      completion_buf_(64) {
+      completion_buf_(64),
+      observed_events_(options.observed_event_depth) {
   stats_.worker = options.id;
 }
 
@@ -432,18 +433,24 @@ void Worker::DeliverCompletions(OwnedConnection& oc) {
     for (size_t i = 0; i < n; ++i) PushCompletion(oc, completion_buf_[i]);
     if (n < room) break;
   }
-  core::PathEvent events[16];
-  size_t n;
-  while ((n = oc.conn->PollEvents(events)) > 0) {
-    for (size_t i = 0; i < n; ++i) {
-      if (!ch.events.TryPush(events[i])) ch.CountDroppedEvent();
-    }
-  }
+  DeliverEvents(oc);
   const PublishedState now{oc.conn->state() == core::Connection::State::kError,
                            oc.conn->error_status()};
   if (now.error != oc.published.error || now.error_status != oc.published.error_status) {
     ch.Publish(now);
     oc.published = now;
+  }
+}
+
+void Worker::DeliverEvents(OwnedConnection& oc) {
+  core::PathEvent events[16];
+  size_t n;
+  while ((n = oc.conn->PollEvents(events)) > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!oc.channel->events.TryPush(events[i])) oc.channel->CountDroppedEvent();
+      // A copy for the operator: the application's ring is the application's to consume.
+      if (oc.observed && !observed_events_.TryPush(events[i])) ++stats_.observed_events_dropped;
+    }
   }
 }
 
@@ -545,7 +552,7 @@ void Worker::Sleep() {
 // ---- control path (owner thread) ----
 
 absl::Status Worker::AddConnection(const core::ConnectionConfig& config, const PeerRoute& route,
-                                   std::shared_ptr<ConnectionChannel> channel) {
+                                   std::shared_ptr<ConnectionChannel> channel, bool observed) {
   if (route.plane_addresses.size() < config.plane_count || config.plane_count > ports_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "connection uses ", config.plane_count, " planes; the route names ",
@@ -558,6 +565,7 @@ absl::Status Worker::AddConnection(const core::ConnectionConfig& config, const P
   oc.conn = *conn;
   oc.channel = std::move(channel);
   oc.route = route;
+  oc.observed = observed;
   ++stats_.connections;
   return absl::OkStatus();
 }

@@ -67,6 +67,8 @@ struct WorkerOptions {
   // costs the sending CPU the whole path to the peer, ~2.5 us on the test fabric). An ACK waits
   // one iteration at most; ACKs carry no path sequence number, so data never reorders.
   bool defer_receive_acks = false;
+  // Capacity of the observer ring (copies of observed connections' path events; Engine).
+  uint32_t observed_event_depth = 1024;
 };
 
 // Where a connection's peer is: its address on each plane (index = plane).
@@ -91,6 +93,7 @@ struct WorkerStats {
   uint64_t completions = 0;          // delivered to completion rings
   uint64_t doorbell_wakeups = 0;     // sleeps ended by an application's doorbell (AddDoorbell)
   uint64_t doorbells = 0;            // application doorbells attached now
+  uint64_t observed_events_dropped = 0;  // copies the observer ring had no room for
   uint64_t connections = 0;
   core::EndpointCounters endpoint;
   std::vector<io::PortStats> ports;  // per plane
@@ -152,10 +155,15 @@ class Worker {
   const Doorbell& doorbell() const { return doorbell_; }
   int wake_fd() const { return wake_fd_; }
 
+  // Producer: the owner thread (copies of observed connections' path events). Consumer: one
+  // thread at a time outside the worker (Engine::PollObservedEvents serializes them).
+  SpscRing<core::PathEvent>& observed_events() { return observed_events_; }
+
   // ---- Owner thread only (control tasks) ----
   core::Endpoint& endpoint() { return endpoint_; }
+  // `observed`: the connection's path events are copied to observed_events() too.
   absl::Status AddConnection(const core::ConnectionConfig& config, const PeerRoute& route,
-                             std::shared_ptr<ConnectionChannel> channel);
+                             std::shared_ptr<ConnectionChannel> channel, bool observed = false);
   absl::Status RemoveConnection(uint32_t conn_id);
   absl::StatusOr<ConnectionSnapshot> Snapshot(uint32_t conn_id);
   WorkerStats Stats() const;
@@ -202,6 +210,7 @@ class Worker {
     bool send_blocked = false;         // the core's send queue was full at the last attempt
     bool recv_blocked = false;
     bool completions_pending = false;  // a completion ring was full
+    bool observed = false;             // path events are copied to observed_events_
     PublishedState published;
   };
   class ControlQueue {
@@ -225,6 +234,7 @@ class Worker {
   size_t ReceiveHandoffs(core::Instant now);
   size_t DrainCommands(core::Instant now);
   void DeliverCompletions(OwnedConnection& oc);
+  void DeliverEvents(OwnedConnection& oc);
   void FlushPorts();
   bool HasPendingWork();
   void Sleep();
@@ -251,6 +261,7 @@ class Worker {
   std::vector<bool> unflushed_;                        // per plane
   std::vector<io::RxPacket> rx_;
   std::vector<core::Completion> completion_buf_;
+  SpscRing<core::PathEvent> observed_events_;
   std::vector<HandoffChannel*> handoff_to_, handoff_from_;
   std::vector<Worker*> all_;
   ControlQueue control_;

@@ -15,7 +15,9 @@
 //     --hold           after the iterations, print "holding" and wait to be killed
 //
 // Prints one line per stage; exit 0 when every byte of every iteration matched, 1 on any failure
-// (with the reason), 2 on a usage error.
+// (with the reason), 2 on a usage error, 3 when the connection was flushed (a completion with
+// WR_FLUSH_ERR: the operator deleted it with `mrctl conn del`, or it was aborted): the
+// application then says so, destroys the connection itself (qp.destroy), and exits.
 #include <unistd.h>
 
 #include <chrono>
@@ -102,21 +104,26 @@ class PingPong {
     conn_ = &conn;
     peer_ = peer;
   }
+  // Until every iteration is verified, or the connection is flushed (flushed() says where).
   void Run() {
     if (!f_.server) PostReceives();  // for iteration 0: before the server may answer
-    for (int i = 0; i < f_.iterations; ++i) {
+    for (int i = 0; i < f_.iterations && !flushed(); ++i) {
       if (f_.server) {
         AwaitReceives(i, /*from_server=*/false);
+        if (flushed()) return;
         PostReceives();
         Answer(i);
       } else {
         Answer(i);
         AwaitReceives(i, /*from_server=*/true);
+        if (flushed()) return;
         PostReceives();
       }
     }
-    AwaitSends();
+    if (!flushed()) AwaitSends();
   }
+  bool flushed() const { return flushed_at_ >= 0; }
+  int flushed_at() const { return flushed_at_; }
   // Two receives per iteration: the Write-with-immediate consumes one (its data goes to the
   // write target), the Send the other.
   void PostReceives() {
@@ -168,6 +175,7 @@ class PingPong {
       api::WorkCompletion wc[8];
       const size_t n = cq_.Poll(wc);
       for (size_t j = 0; j < n; ++j) {
+        if (IsFlush(wc[j], i)) return;
         if (wc[j].status != core::WcStatus::kSuccess) {
           Fail("iteration " + std::to_string(i) + ": completion with status " +
                std::string(core::StatusName(wc[j].status)));
@@ -210,12 +218,20 @@ class PingPong {
       api::WorkCompletion wc[8];
       const size_t n = cq_.Poll(wc);
       for (size_t j = 0; j < n; ++j) {
+        if (IsFlush(wc[j], f_.iterations)) return;
         if (wc[j].status != core::WcStatus::kSuccess) {
           Fail("send completion with status " + std::string(core::StatusName(wc[j].status)));
         }
         --sends_outstanding_;
       }
     }
+  }
+
+  // A flushed request: the connection is in error and everything outstanding follows it.
+  bool IsFlush(const api::WorkCompletion& wc, int iteration) {
+    if (wc.status != core::WcStatus::kWrFlushErr) return false;
+    flushed_at_ = iteration;
+    return true;
   }
 
   const Flags& f_;
@@ -227,7 +243,27 @@ class PingPong {
   uint64_t next_wr_id_ = 1;
   int sends_outstanding_ = 0;
   uint64_t verified_ = 0;
+  int flushed_at_ = -1;  // the iteration during which a WR_FLUSH_ERR completion came
 };
+
+// Drains the connection's path events (the application's own: the daemon records copies) and
+// says how many were manual rotations (`mrctl path rotate`).
+void ReportPathEvents(api::Connection& conn) {
+  int events = 0, manual_rotations = 0;
+  api::PathEvent buf[64];
+  size_t n;
+  while ((n = conn.PollEvents(buf)) > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      ++events;
+      if (buf[i].kind == core::PathEvent::Kind::kPortRotated &&
+          buf[i].reason == core::PathEventReason::kManual) {
+        ++manual_rotations;
+      }
+    }
+  }
+  std::printf("path events: %d, of which %d manual rotation(s)\n", events, manual_rotations);
+  std::fflush(stdout);
+}
 
 }  // namespace
 
@@ -297,6 +333,17 @@ int main(int argc, char** argv) {
     Check(start.ReceiveMessage(deadline).status(), "start signal");
   }
   game.Run();
+  if (game.flushed()) {
+    std::printf("flushed: iteration %d: a completion with WR_FLUSH_ERR: the connection was "
+                "aborted (mrctl conn del?) after %llu bytes verified; destroying it\n",
+                game.flushed_at(), static_cast<unsigned long long>(game.verified_bytes()));
+    std::fflush(stdout);
+    ReportPathEvents(**conn);
+    conn->reset();  // qp.destroy: the application owns the connection to the end
+    std::printf("destroyed the flushed connection\n");
+    std::fflush(stdout);
+    return 3;
+  }
   absl::StatusOr<api::ConnectionStats> stats = (*conn)->Stats();
   if (!stats.ok()) Fail("stats: " + std::string(stats.status().message()));
   std::printf("verified %d iterations, %llu bytes; %llu messages completed, %llu retransmits\n",

@@ -8,6 +8,12 @@ the unprivileged user nobody (uid/gid 65534, no capabilities) on each host:
     way, through rings and registered memory shared with the daemons;
   - afterwards neither daemon holds anything for applications (conn show, daemon show);
   - a user outside the socket's group is refused;
+  - the operator manages an application's connection as the daemon's own, while its messages
+    flow: `path show` lists its paths, `path rotate ID 0` moves path 0 to a new port with no
+    failed operation in the application (which checks every byte), `path events` records the
+    rotation while the application still receives its own event, `stat show` counts its
+    messages, and `conn del` on both hosts flushes both applications' outstanding work
+    (WR_FLUSH_ERR): each says so, destroys its connection and exits 3;
   - an application killed with SIGKILL while its messages flow: its daemon lists the connection
     (owner: pid and name) before, and after the kill no connection, session or memory of it is
     left; the same for its peer application; the daemons stay up.
@@ -174,6 +180,18 @@ def main():
     def applications(h):
         return ctl_json(h, "daemon", "show").get("applications", {})
 
+    def flowing(h, messages, timeout=10):
+        """The host's one application connection once it completed `messages` (or None)."""
+        listed, deadline = [], time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            listed = app_connections(h)
+            if (len(listed) == 1 and
+                    listed[0].get("counters", {}).get("messages_completed", 0) >= messages):
+                return listed[0]
+            time.sleep(0.1)
+        print("  host %d application connections: %r" % (h, listed))
+        return None
+
     def nothing_left(h, timeout=5):
         deadline = time.monotonic() + timeout
         while True:
@@ -223,18 +241,63 @@ def main():
         f.check(rc == 1 and "ermission" in outsider.output(),
                 "uid %d without group %s: refused (permission denied)" % (NOBODY, group))
 
+        # The operator's view of a running application's connection.
+        server = app(0, "--server", "--port", "18517", "--iterations", "100000000")
+        f.check(server.wait_for("listening", 20), "operator's pair: server listening")
+        client = app(1, "--client", server_addr, "--port", "18517", "--iterations", "100000000")
+        f.check(client.wait_for("connected", 30), "operator's pair: client connected")
+        conn = flowing(1, 100)
+        if conn is None:
+            raise RuntimeError("the operator's pair's messages do not flow:\n--- client:\n%s\n"
+                               "--- server:\n%s" % (client.output(), server.output()))
+        cid = conn["id"]
+        paths = ctl_json(1, "path", "show", str(cid)).get("paths", [])
+        f.check(len(paths) == 4 and all("srtt_us" in p and "src_port" in p and "state" in p
+                                        for p in paths),
+                "path show of an application's connection: 4 paths")
+        old_port = paths[0]["src_port"] if paths else None
+        rot = ctl_json(1, "path", "rotate", str(cid), "0")
+        after = ctl_json(1, "path", "show", str(cid), "0").get("paths", [{}])[0]
+        f.check(rot.get("old_port") == old_port and rot.get("deferred") is False and
+                rot.get("new_port") != old_port and after.get("src_port") == rot.get("new_port"),
+                "path rotate ID 0: path 0 on a new source port")
+        done = conn["counters"]["messages_completed"]
+        later = flowing(1, done + 200)
+        f.check(later is not None and client.proc.poll() is None and server.proc.poll() is None,
+                "after the rotation: 200 more messages verified, no failure")
+        events = ctl_json(1, "path", "events", str(cid)).get("events", [])
+        f.check(any(e.get("kind") == "rotation" and e.get("path_id") == 0 and
+                    e.get("reason") == "manual" and e.get("old_port") == old_port
+                    for e in events), "path events: the application's rotation, manual")
+        stat = ctl_json(1, "stat", "show").get("links", [{}])[0]
+        f.check(stat.get("messages_completed", 0) >= done + 200,
+                "stat show: counters include the application's connection")
+        server_conn = app_connections(0)
+        sid = server_conn[0]["id"] if len(server_conn) == 1 else None
+        # Both halves, back to back: either application alone would wait for its peer.
+        deleted = [ctl(1, "conn", "del", str(cid)), ctl(0, "conn", "del", str(sid))]
+        rc_client, rc_server = client.finish(30), server.finish(30)
+        f.check(all(p.returncode == 0 for p in deleted),
+                "conn del ID of both application connections")
+        for who, a, rc in (("client", client, rc_client), ("server", server, rc_server)):
+            f.check(rc == 3 and any("WR_FLUSH_ERR" in l for l in a.lines) and
+                    any("destroyed the flushed connection" in l for l in a.lines),
+                    "conn del: %s flushed (WR_FLUSH_ERR), destroyed it, exit 3" % who)
+            print("  %s: %s" % (who, next((l for l in a.lines if "flushed:" in l), "-")))
+            if rc != 3:
+                print("--- %s (exit %s):\n%s" % (who, rc, a.output()))
+        f.check(any("path events:" in l and "1 manual rotation" in l for l in client.lines),
+                "the client application got its own rotation event too")
+        f.check(nothing_left(0) and nothing_left(1),
+                "after conn del and exit: nothing left on either host")
+
         # An application killed mid-run: the exchange runs until the kill.
         server = app(0, "--server", "--port", "18516", "--iterations", "100000000")
         f.check(server.wait_for("listening", 20), "second server listening")
         client = app(1, "--client", server_addr, "--port", "18516", "--iterations", "100000000")
         f.check(client.wait_for("connected", 30), "second client connected")
-        listed, deadline = [], time.monotonic() + 10
-        while time.monotonic() < deadline:
-            listed = app_connections(1)
-            if (len(listed) == 1 and
-                    listed[0].get("counters", {}).get("messages_completed", 0) >= 100):
-                break
-            time.sleep(0.1)
+        conn = flowing(1, 100)
+        listed = [conn] if conn is not None else app_connections(1)
         owner = listed[0].get("owner", {}) if len(listed) == 1 else {}
         f.check(len(listed) == 1 and owner.get("pid") == client.proc.pid and
                 owner.get("name") == "pingpong-client" and listed[0].get("state") == "ready",

@@ -18,11 +18,14 @@
 #include <thread>
 
 #include "daemon/app_session.h"
+#include "daemon/connection_manager.h"
 #include "daemon/control_server.h"
+#include "daemon/path_manager.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/api/app_protocol.h"
 #include "lib/api/shared_memory.h"
+#include "lib/api/stats_json.h"
 #include "lib/control/protocol.h"
 
 namespace metaroce::api {
@@ -348,6 +351,176 @@ TEST_F(AttachedPairTest, AbortFlushesWithWrFlushErr) {
   for (const WorkCompletion& x : wc) EXPECT_EQ(x.status, core::WcStatus::kWrFlushErr);
   EXPECT_TRUE(Eventually([&] { return c.in_error(); }));
   EXPECT_EQ(c.error_status(), core::WcStatus::kWrFlushErr);
+}
+
+// Protection domains (docs/spec/messages-and-memory.md [M7]): every session has its own, so a
+// session cannot post work naming another's lkey, and a peer cannot write with another
+// session's rkey; both are refused exactly as keys that do not exist.
+TEST_F(AttachedPairTest, SessionsCannotNameEachOthersMemory) {
+  std::unique_ptr<Context> other = AttachTo(0, "other");  // a second session on daemon 0
+  ASSERT_NE(other, nullptr);
+  std::span<std::byte> obuf = *other->AllocateMemory(4096);
+  std::span<std::byte> sbuf = *server->AllocateMemory(4096);
+  std::span<std::byte> cbuf = *client->AllocateMemory(4096);
+  const uint32_t rw = access::kLocalWrite | access::kRemoteWrite;
+  MemoryRegion omr = *other->RegisterMemory(obuf.data(), obuf.size(), rw);
+  MemoryRegion smr = *server->RegisterMemory(sbuf.data(), sbuf.size(), rw);
+  MemoryRegion cmr = *client->RegisterMemory(cbuf.data(), cbuf.size(), rw);
+  EXPECT_GE(omr.rkey, engine::Engine::kFirstRandomKey);
+  EXPECT_LE(omr.rkey, engine::Engine::kLastRandomKey);
+  auto [sc, cc] = Pair(Opts(true), Opts(false));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  Connection& s = **sc;
+  Connection& c = **cc;
+  std::memset(obuf.data(), 0x5a, obuf.size());
+
+  // The server (session A) posts a Send and a receive naming the other session's lkey, then
+  // an lkey that names nothing: all refused alike, with LOC_PROT_ERR.
+  SendWorkRequest send;
+  send.wr_id = 1;
+  send.opcode = core::WrOpcode::kSend;
+  send.local = {omr.addr, 64, omr.lkey};
+  ASSERT_TRUE(s.PostSend(send).ok());
+  ASSERT_TRUE(s.PostRecv(RecvWorkRequest{2, {omr.addr, 64, omr.lkey}}).ok());
+  send.wr_id = 3;
+  send.local.lkey = omr.lkey ^ 1;
+  ASSERT_TRUE(s.PostSend(send).ok());
+  std::vector<WorkCompletion> refused = Collect(*scq, 3);
+  ASSERT_EQ(refused.size(), 3u);
+  for (const WorkCompletion& x : refused) {
+    EXPECT_EQ(x.status, core::WcStatus::kLocProtErr) << x.wr_id;
+  }
+  EXPECT_FALSE(s.in_error());  // a refused post is not a connection error
+
+  // The client writes into the server's own region: placed.
+  for (size_t i = 0; i < 64; ++i) cbuf[i] = std::byte(i + 1);
+  SendWorkRequest w;
+  w.wr_id = 10;
+  w.opcode = core::WrOpcode::kWrite;
+  w.local = {cmr.addr, 64, cmr.lkey};
+  w.remote_addr = smr.addr;
+  w.rkey = smr.rkey;
+  ASSERT_TRUE(c.PostSend(w).ok());
+  std::vector<WorkCompletion> placed = Collect(*ccq, 1);
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(placed[0].status, core::WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(sbuf.data(), cbuf.data(), 64), 0);
+
+  // With the other session's rkey (its address, its region on the same daemon): REMOTE_ACCESS.
+  w.wr_id = 11;
+  w.remote_addr = omr.addr;
+  w.rkey = omr.rkey;
+  ASSERT_TRUE(c.PostSend(w).ok());
+  std::vector<WorkCompletion> nak = Collect(*ccq, 1);
+  ASSERT_EQ(nak.size(), 1u);
+  EXPECT_EQ(nak[0].wr_id, 11u);
+  EXPECT_EQ(nak[0].status, core::WcStatus::kRemAccessErr);
+  EXPECT_TRUE(std::all_of(obuf.begin(), obuf.end(),
+                          [](std::byte b) { return b == std::byte{0x5a}; }));  // untouched
+  absl::StatusOr<ConnectionStats> server_stats = s.Stats();
+  ASSERT_TRUE(server_stats.ok());
+  EXPECT_GE(server_stats->counters.access_naks_sent, 1u);
+}
+
+// The operator's view (mrctl through metaroced's handlers) of an application's connection:
+// path.show, path.rotate and path.events as for the daemon's own connections, without taking
+// the application's events; stat.show's counters; conn.del aborts it and leaves it to the
+// application, which destroys it.
+TEST_F(AttachedPairTest, OperatorSeesRotatesAndDeletesApplicationConnections) {
+  DaemonSide& d = daemons_[1];  // the client's
+  daemon::ConnectionManager daemon_connections(*d.context, daemon::ConnectionManagerOptions{});
+  daemon::PathManager paths(daemon_connections, *d.apps, daemon::PathPolicy{}, absl::Now());
+  std::span<std::byte> buf = *client->AllocateMemory(4096);
+  MemoryRegion mr = *client->RegisterMemory(buf.data(), buf.size(), access::kLocalWrite);
+  auto [sc, cc] = Pair(Opts(true), Opts(false));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  Connection& c = **cc;
+  const uint32_t id = c.local_id();
+  auto Params = [id](std::optional<uint64_t> path = std::nullopt) {
+    Json p = Json::MakeObject();
+    p["conn"] = id;
+    if (path) p["path"] = *path;
+    return p;
+  };
+
+  absl::StatusOr<Json> shown = paths.Show(Params());
+  ASSERT_TRUE(shown.ok()) << shown.status();
+  ASSERT_EQ(shown->Find("paths")->size(), 4u);
+  const uint64_t port0 = *shown->Find("paths")->array()[0].Find("src_port")->AsUint();
+
+  absl::StatusOr<Json> rotated = paths.Rotate(Params(0));
+  ASSERT_TRUE(rotated.ok()) << rotated.status();
+  EXPECT_EQ(*rotated->Find("old_port")->AsUint(), port0);
+  EXPECT_FALSE(*rotated->Find("deferred")->AsBool());
+  EXPECT_NE(*rotated->Find("new_port")->AsUint(), port0);
+
+  // The record has the rotation, and so does the application's own event ring.
+  auto manual_rotation = [](const Json& e) {
+    return *e.Find("kind")->AsString() == "rotation" && *e.Find("path_id")->AsUint() == 0 &&
+           *e.Find("reason")->AsString() == "manual";
+  };
+  bool recorded = false;
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<Json> events = paths.Events(Params());
+    if (!events.ok()) return false;
+    for (const Json& e : events->Find("events")->array()) recorded = recorded || manual_rotation(e);
+    return recorded;
+  }));
+  bool delivered = false;
+  EXPECT_TRUE(Eventually([&] {
+    PathEvent events[16];
+    const size_t n = c.PollEvents(events);
+    for (size_t i = 0; i < n; ++i) {
+      delivered = delivered || (events[i].kind == PathEvent::Kind::kPortRotated &&
+                                events[i].reason == core::PathEventReason::kManual);
+    }
+    return delivered;
+  }));
+
+  // stat.show sums the applications' counters too: one Send completed here.
+  std::span<std::byte> sbuf = *server->AllocateMemory(4096);
+  MemoryRegion smr = *server->RegisterMemory(sbuf.data(), sbuf.size(), access::kLocalWrite);
+  ASSERT_TRUE((*sc)->PostRecv(RecvWorkRequest{1, {smr.addr, 4096, smr.lkey}}).ok());
+  SendWorkRequest send;
+  send.wr_id = 2;
+  send.opcode = core::WrOpcode::kSend;
+  send.local = {mr.addr, 100, mr.lkey};
+  ASSERT_TRUE(c.PostSend(send).ok());
+  std::vector<WorkCompletion> sent = Collect(*ccq, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, core::WcStatus::kSuccess);
+  Json sum = CountersJson(core::ConnectionCounters{});
+  d.apps->AddCounters(sum);
+  EXPECT_EQ(*sum.Find("messages_completed")->AsUint(), 1u);
+  EXPECT_GE(*sum.Find("sent_pkts")->AsUint(), 1u);
+
+  ASSERT_TRUE(c.PostRecv(RecvWorkRequest{7, {mr.addr, 4096, mr.lkey}}).ok());
+  ASSERT_TRUE(c.PostRecv(RecvWorkRequest{8, {mr.addr, 4096, mr.lkey}}).ok());
+
+  // conn.del: the posted receives flush into the application's queue; it is still listed,
+  // deleted by the operator, until the application destroys it.
+  ASSERT_TRUE(d.apps->DeleteByOperator(id).ok());
+  std::vector<WorkCompletion> flushed = Collect(*ccq, 2);
+  ASSERT_EQ(flushed.size(), 2u);
+  for (const WorkCompletion& x : flushed) EXPECT_EQ(x.status, core::WcStatus::kWrFlushErr);
+  EXPECT_TRUE(Eventually([&] { return c.in_error(); }));
+  EXPECT_TRUE(d.apps->DeleteByOperator(id).ok());  // again: nothing more
+  std::vector<Json> listed = d.apps->Describe(id, "");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(*listed[0].Find("deleted_by_operator")->AsBool());
+  EXPECT_EQ(*listed[0].Find("state")->AsString(), "error");
+  EXPECT_EQ(c.PostRecv(RecvWorkRequest{9, {mr.addr, 64, mr.lkey}}), absl::OkStatus());
+  std::vector<WorkCompletion> late = Collect(*ccq, 1);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0].status, core::WcStatus::kWrFlushErr);
+  cc->reset();  // qp.destroy
+  EXPECT_EQ(d.apps->connections(), 0u);
+  EXPECT_EQ(d.EngineConnections(), 0u);
+  EXPECT_EQ(paths.Show(Params()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(d.apps->DeleteByOperator(id).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(paths.Rotate(Params(0)).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(AttachedPairTest, MemoryMustComeFromAllocateMemory) {

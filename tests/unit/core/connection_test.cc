@@ -209,6 +209,91 @@ TEST(Connection_Post, RefusesBadLocalBuffersWithAReason) {
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("LOC_LEN_ERR"));
 }
 
+// [M7] Protection domains: a connection finds only the regions of its own domain; another
+// domain's key is refused exactly as a key that does not exist (same status, counters, NAK).
+struct DomainFixture {
+  static constexpr uint32_t kTheirs = 4;
+  explicit DomainFixture(HostPair& h) : ours(h, 8192), theirs(8192, std::byte{0}) {
+    their_mr = *h.b().memory().Register(theirs.data(), theirs.size(),
+                                        access::kLocalWrite | access::kRemoteWrite, kTheirs);
+    their_src_mr = *h.a().memory().Register(ours.src.data(), ours.src.size(), 0, kTheirs);
+  }
+  Buffers ours;  // the default domain's: A's source, B's target
+  // kTheirs's: B's target `theirs`, and A's source again (the same bytes, another region).
+  std::vector<std::byte> theirs;
+  MemoryRegion their_mr, their_src_mr;
+};
+
+ConnectionConfig ConfigIn(uint32_t pd) {
+  ConnectionConfig c = SmallConfig();
+  c.pd = pd;
+  return c;
+}
+
+TEST(Connection_ProtectionDomain, WriteWithAnotherDomainsRkeyIsAnUnknownKey) {
+  // Two identical runs, one naming another domain's rkey, one a key never registered: the
+  // requester, the responder and the wire cannot tell them apart.
+  std::vector<std::string> wire_logs[2];
+  ConnectionCounters responder[2];
+  for (int run = 0; run < 2; ++run) {
+    HostPair h(SmallConfig());
+    DomainFixture d(h);
+    h.on_send = [&](const RecordedPacket& p, bool to_b) {
+      if (!to_b) wire_logs[run].push_back(testing::Describe(p.packet));
+    };
+    SendWorkRequest wr = Write(d.ours, 1, 0, 4096);
+    wr.remote_addr = d.their_mr.addr;
+    wr.rkey = run == 0 ? d.their_mr.rkey : 0x7fffffffu;
+    ASSERT_TRUE(h.ca().PostSend(h.now(), wr).ok());
+    h.RunFor(std::chrono::milliseconds(5));
+    ASSERT_THAT(h.completions_a(), SizeIs(1));
+    EXPECT_EQ(h.completions_a()[0].status, WcStatus::kRemAccessErr);
+    EXPECT_TRUE(std::all_of(d.theirs.begin(), d.theirs.end(),
+                            [](std::byte x) { return x == std::byte{0}; }));
+    responder[run] = h.cb().counters();
+  }
+  EXPECT_EQ(wire_logs[0], wire_logs[1]);
+  EXPECT_GE(responder[0].access_naks_sent, 1u);
+  EXPECT_EQ(responder[0].access_naks_sent, responder[1].access_naks_sent);
+  EXPECT_EQ(responder[0].rcvd_pkts, responder[1].rcvd_pkts);
+}
+
+TEST(Connection_ProtectionDomain, PostsNamingAnotherDomainsLkeyAreRefused) {
+  HostPair h(SmallConfig());
+  DomainFixture d(h);
+  SendWorkRequest wr = Write(d.ours, 1, 0, 64);
+  wr.local.lkey = d.their_src_mr.lkey;
+  absl::Status send = h.ca().PostSend(h.now(), wr);
+  EXPECT_EQ(send.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(send.message()), ::testing::HasSubstr("LOC_PROT_ERR"));
+  wr.local.lkey = 0x7fffffffu;  // never registered: the same refusal, word for word
+  EXPECT_EQ(h.ca().PostSend(h.now(), wr), send);
+  absl::Status recv =
+      h.cb().PostRecv(h.now(), RecvWorkRequest{2, {d.their_mr.addr, 64, d.their_mr.lkey}});
+  EXPECT_EQ(recv.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(h.cb().PostRecv(h.now(), RecvWorkRequest{3, {d.their_mr.addr, 64, 0x7fffffffu}}),
+            recv);
+  EXPECT_EQ(h.ca().outstanding_sends(), 0u);
+  EXPECT_EQ(h.cb().posted_receives(), 0u);
+}
+
+TEST(Connection_ProtectionDomain, SameDomainWorks) {
+  HostPair h(ConfigIn(DomainFixture::kTheirs));
+  DomainFixture d(h);
+  // The connection is in kTheirs now: those regions work and the default domain's do not.
+  SendWorkRequest wr = Write(d.ours, 1, 0, 4096);
+  wr.local.lkey = d.their_src_mr.lkey;
+  wr.remote_addr = d.their_mr.addr;
+  wr.rkey = d.their_mr.rkey;
+  ASSERT_TRUE(h.ca().PostSend(h.now(), wr).ok());
+  h.RunFor(std::chrono::milliseconds(5));
+  ASSERT_THAT(h.completions_a(), SizeIs(1));
+  EXPECT_EQ(h.completions_a()[0].status, WcStatus::kSuccess);
+  EXPECT_TRUE(std::equal(d.theirs.begin(), d.theirs.begin() + 4096, d.ours.src.begin()));
+  EXPECT_EQ(h.ca().PostSend(h.now(), Write(d.ours, 2, 0, 64)).code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
 struct SendFixture {
   explicit SendFixture(HostPair& h, size_t size = 16 * 1024)
       : src(size), dst(size, std::byte{0}) {

@@ -13,6 +13,8 @@
 namespace metaroce::core {
 namespace {
 
+// The domain every test uses unless it is about domains.
+constexpr uint32_t kPd = kDefaultProtectionDomain;
 constexpr uint32_t kReadOnly = 0;
 constexpr uint32_t kLocalRw = access::kLocalWrite;
 constexpr uint32_t kRemoteRw = access::kLocalWrite | access::kRemoteWrite;
@@ -95,8 +97,8 @@ TEST(MemoryTable_Deregister, RevokesBothKeys) {
   ASSERT_TRUE(table.Deregister(mr->lkey).ok());
   EXPECT_EQ(table.size(), 0u);
   std::byte* out = nullptr;
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, mr->addr, 1, false, &out), AccessError::kUnknownKey);
-  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, mr->addr, 1, &out), AccessError::kUnknownKey);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, mr->addr, 1, false, &out), AccessError::kUnknownKey);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, mr->rkey, mr->addr, 1, &out), AccessError::kUnknownKey);
   EXPECT_EQ(table.Deregister(mr->lkey).code(), absl::StatusCode::kNotFound);
 }
 
@@ -108,7 +110,7 @@ TEST(MemoryTable_Deregister, LeavesOtherRegionsAlone) {
   ASSERT_TRUE(ma.ok() && mb.ok());
   ASSERT_TRUE(table.Deregister(ma->lkey).ok());
   std::byte* out = nullptr;
-  EXPECT_EQ(table.ResolveRemoteWrite(mb->rkey, mb->addr, 64, &out), AccessError::kNone);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, mb->rkey, mb->addr, 64, &out), AccessError::kNone);
   EXPECT_EQ(out, b.data());
 }
 
@@ -118,11 +120,12 @@ TEST(MemoryTable_ResolveLocal, InsideRegionGivesItsAddress) {
   auto mr = table.Register(buf.data(), buf.size(), kLocalRw);
   ASSERT_TRUE(mr.ok());
   std::byte* out = nullptr;
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, mr->addr, 4096, true, &out), AccessError::kNone);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, mr->addr, 4096, true, &out), AccessError::kNone);
   EXPECT_EQ(out, buf.data());
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, mr->addr + 100, 3996, false, &out), AccessError::kNone);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, mr->addr + 100, 3996, false, &out),
+            AccessError::kNone);
   EXPECT_EQ(out, buf.data() + 100);
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, mr->addr + 4095, 1, true, &out), AccessError::kNone);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, mr->addr + 4095, 1, true, &out), AccessError::kNone);
   EXPECT_EQ(out, buf.data() + 4095);
 }
 
@@ -132,9 +135,10 @@ TEST(MemoryTable_ResolveLocal, UnknownKey) {
   auto mr = table.Register(buf.data(), buf.size(), kRemoteRw);
   ASSERT_TRUE(mr.ok());
   std::byte* out = nullptr;
-  EXPECT_EQ(table.ResolveLocal(mr->lkey + 1, mr->addr, 1, false, &out), AccessError::kUnknownKey);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey + 1, mr->addr, 1, false, &out),
+            AccessError::kUnknownKey);
   // An rkey is not an lkey.
-  EXPECT_EQ(table.ResolveLocal(mr->rkey, mr->addr, 1, false, &out), AccessError::kUnknownKey);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->rkey, mr->addr, 1, false, &out), AccessError::kUnknownKey);
 }
 
 TEST(MemoryTable_ResolveLocal, OutOfBounds) {
@@ -144,12 +148,12 @@ TEST(MemoryTable_ResolveLocal, OutOfBounds) {
   ASSERT_TRUE(mr.ok());
   std::byte* out = nullptr;
   const uint64_t a = mr->addr;
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, a - 1, 1, false, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, a - 1, 2, false, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, a, 1025, false, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, a + 1023, 2, false, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, a + 1024, 1, false, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, a + 4096, 1, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, a - 1, 1, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, a - 1, 2, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, a, 1025, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, a + 1023, 2, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, a + 1024, 1, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, a + 4096, 1, false, &out), AccessError::kOutOfBounds);
 }
 
 TEST(MemoryTable_ResolveLocal, ArithmeticDoesNotWrap) {
@@ -159,10 +163,12 @@ TEST(MemoryTable_ResolveLocal, ArithmeticDoesNotWrap) {
   ASSERT_TRUE(mr.ok());
   std::byte* out = nullptr;
   // addr + length overflows 64 bits back into the region.
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, mr->addr + 1, UINT64_MAX, false, &out),
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, mr->addr + 1, UINT64_MAX, false, &out),
             AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, UINT64_MAX, 2, false, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveLocal(mr->lkey, 0, mr->addr + 1, false, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, UINT64_MAX, 2, false, &out),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveLocal(kPd, mr->lkey, 0, mr->addr + 1, false, &out),
+            AccessError::kOutOfBounds);
 }
 
 TEST(MemoryTable_ResolveLocal, WriteNeedsLocalWrite) {
@@ -171,8 +177,8 @@ TEST(MemoryTable_ResolveLocal, WriteNeedsLocalWrite) {
   auto ro = table.Register(buf.data(), buf.size(), kReadOnly);
   ASSERT_TRUE(ro.ok());
   std::byte* out = nullptr;
-  EXPECT_EQ(table.ResolveLocal(ro->lkey, ro->addr, 8, true, &out), AccessError::kNotPermitted);
-  EXPECT_EQ(table.ResolveLocal(ro->lkey, ro->addr, 8, false, &out), AccessError::kNone);
+  EXPECT_EQ(table.ResolveLocal(kPd, ro->lkey, ro->addr, 8, true, &out), AccessError::kNotPermitted);
+  EXPECT_EQ(table.ResolveLocal(kPd, ro->lkey, ro->addr, 8, false, &out), AccessError::kNone);
 }
 
 TEST(MemoryTable_ResolveRemoteWrite, InsideRegionGivesItsAddress) {
@@ -181,7 +187,8 @@ TEST(MemoryTable_ResolveRemoteWrite, InsideRegionGivesItsAddress) {
   auto mr = table.Register(buf.data(), buf.size(), kRemoteRw);
   ASSERT_TRUE(mr.ok());
   std::byte* out = nullptr;
-  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, mr->addr + 4096, 4096, &out), AccessError::kNone);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, mr->rkey, mr->addr + 4096, 4096, &out),
+            AccessError::kNone);
   EXPECT_EQ(out, buf.data() + 4096);
 }
 
@@ -192,7 +199,8 @@ TEST(MemoryTable_ResolveRemoteWrite, NeedsRemoteWriteAccess) {
     auto mr = table.Register(buf.data(), buf.size(), a);
     ASSERT_TRUE(mr.ok());
     std::byte* out = nullptr;
-    EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, mr->addr, 8, &out), AccessError::kNotPermitted)
+    EXPECT_EQ(table.ResolveRemoteWrite(kPd, mr->rkey, mr->addr, 8, &out),
+              AccessError::kNotPermitted)
         << a;
   }
 }
@@ -203,8 +211,8 @@ TEST(MemoryTable_ResolveRemoteWrite, LkeyIsNotAnRkey) {
   auto mr = table.Register(buf.data(), buf.size(), kRemoteRw);
   ASSERT_TRUE(mr.ok());
   std::byte* out = nullptr;
-  EXPECT_EQ(table.ResolveRemoteWrite(mr->lkey, mr->addr, 8, &out), AccessError::kUnknownKey);
-  EXPECT_EQ(table.ResolveRemoteWrite(0, mr->addr, 8, &out), AccessError::kUnknownKey);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, mr->lkey, mr->addr, 8, &out), AccessError::kUnknownKey);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, 0, mr->addr, 8, &out), AccessError::kUnknownKey);
 }
 
 TEST(MemoryTable_ResolveRemoteWrite, OutOfBoundsAndNoWrap) {
@@ -214,13 +222,14 @@ TEST(MemoryTable_ResolveRemoteWrite, OutOfBoundsAndNoWrap) {
   ASSERT_TRUE(mr.ok());
   std::byte* out = nullptr;
   const uint64_t a = mr->addr;
-  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, a - 1, 1, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, a + 2047, 2, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, a + 2048, 1, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, a + 8, UINT64_MAX - 4, &out),
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, mr->rkey, a - 1, 1, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, mr->rkey, a + 2047, 2, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, mr->rkey, a + 2048, 1, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, mr->rkey, a + 8, UINT64_MAX - 4, &out),
             AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, UINT64_MAX, 1, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveRemoteWrite(mr->rkey, a + 2047, 1, &out), AccessError::kNone);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, mr->rkey, UINT64_MAX, 1, &out),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, mr->rkey, a + 2047, 1, &out), AccessError::kNone);
 }
 
 TEST(MemoryTable_ResolveRemoteWrite, RangeSpanningTwoRegionsIsRefused) {
@@ -230,10 +239,12 @@ TEST(MemoryTable_ResolveRemoteWrite, RangeSpanningTwoRegionsIsRefused) {
   auto hi = table.Register(buf.data() + 64, 64, kRemoteRw);
   ASSERT_TRUE(lo.ok() && hi.ok());
   std::byte* out = nullptr;
-  EXPECT_EQ(table.ResolveRemoteWrite(lo->rkey, lo->addr + 32, 64, &out), AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveRemoteWrite(hi->rkey, lo->addr + 32, 64, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, lo->rkey, lo->addr + 32, 64, &out),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, hi->rkey, lo->addr + 32, 64, &out),
+            AccessError::kOutOfBounds);
   // Each key covers exactly its own region, even where the address belongs to the other.
-  EXPECT_EQ(table.ResolveRemoteWrite(lo->rkey, hi->addr, 1, &out), AccessError::kOutOfBounds);
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, lo->rkey, hi->addr, 1, &out), AccessError::kOutOfBounds);
 }
 
 }  // namespace
@@ -249,9 +260,9 @@ TEST(MemoryTable_RegisterWithKeys, SameKeysResolveAndCollisionsAreRefused) {
                  access::kLocalWrite | access::kRemoteWrite};
   ASSERT_TRUE(t.RegisterWithKeys(r).ok());
   std::byte* p = nullptr;
-  EXPECT_EQ(t.ResolveRemoteWrite(0x80000002u, r.addr + 10, 100, &p), AccessError::kNone);
+  EXPECT_EQ(t.ResolveRemoteWrite(kPd, 0x80000002u, r.addr + 10, 100, &p), AccessError::kNone);
   EXPECT_EQ(p, buf.data() + 10);
-  EXPECT_EQ(t.ResolveLocal(0x80000001u, r.addr, 4096, true, &p), AccessError::kNone);
+  EXPECT_EQ(t.ResolveLocal(kPd, 0x80000001u, r.addr, 4096, true, &p), AccessError::kNone);
   EXPECT_EQ(t.RegisterWithKeys(r).code(), absl::StatusCode::kAlreadyExists);
   MemoryRegion low = r;
   low.lkey = 5;
@@ -282,14 +293,14 @@ TEST(MemoryTable_RegisterMapped, ResolvesTheirAddressesToOurMapping) {
   r.rkey = MemoryTable::kFirstCallerKey + 2;
   ASSERT_TRUE(table.RegisterMapped(r, here.data()).ok());
   std::byte* out = nullptr;
-  ASSERT_EQ(table.ResolveLocal(r.lkey, r.addr + 100, 50, true, &out), AccessError::kNone);
+  ASSERT_EQ(table.ResolveLocal(kPd, r.lkey, r.addr + 100, 50, true, &out), AccessError::kNone);
   EXPECT_EQ(out, here.data() + 100);
-  ASSERT_EQ(table.ResolveRemoteWrite(r.rkey, r.addr + 4096, 4096, &out), AccessError::kNone);
+  ASSERT_EQ(table.ResolveRemoteWrite(kPd, r.rkey, r.addr + 4096, 4096, &out), AccessError::kNone);
   EXPECT_EQ(out, here.data() + 4096);
   // Bounds are the application's: our own address of the bytes means nothing to the table.
-  EXPECT_EQ(table.ResolveLocal(r.lkey, AddrOf(here.data()), 1, false, &out),
+  EXPECT_EQ(table.ResolveLocal(kPd, r.lkey, AddrOf(here.data()), 1, false, &out),
             AccessError::kOutOfBounds);
-  EXPECT_EQ(table.ResolveRemoteWrite(r.rkey, r.addr + 8000, 193, &out),
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, r.rkey, r.addr + 8000, 193, &out),
             AccessError::kOutOfBounds);
 }
 
@@ -306,6 +317,56 @@ TEST(MemoryTable_RegisterMapped, RefusesNoMappingAndWrappingRegions) {
   r.addr = UINT64_MAX - 10;
   EXPECT_EQ(table.RegisterMapped(r, here.data()).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(table.size(), 0u);
+}
+
+}  // namespace
+}  // namespace metaroce::core
+
+namespace metaroce::core {
+namespace {
+
+// [M7]: a region of another protection domain is exactly as unknown as a key never registered.
+TEST(MemoryTable_ProtectionDomain, AnotherDomainsKeysAreUnknownKeys) {
+  std::vector<std::byte> buf(4096);
+  MemoryTable table;
+  constexpr uint32_t kMine = 7, kTheirs = 8;
+  auto mr = table.Register(buf.data(), buf.size(), kRemoteRw, kMine);
+  ASSERT_TRUE(mr.ok());
+  EXPECT_EQ(mr->pd, kMine);
+  std::byte* out = nullptr;
+  EXPECT_EQ(table.ResolveLocal(kMine, mr->lkey, mr->addr, 64, true, &out), AccessError::kNone);
+  EXPECT_EQ(table.ResolveRemoteWrite(kMine, mr->rkey, mr->addr, 64, &out), AccessError::kNone);
+  for (uint32_t other : {kTheirs, kDefaultProtectionDomain}) {
+    out = nullptr;
+    // Even a request that would be out of bounds or not permitted says only "unknown key".
+    EXPECT_EQ(table.ResolveLocal(other, mr->lkey, mr->addr, 64, true, &out),
+              AccessError::kUnknownKey);
+    EXPECT_EQ(table.ResolveLocal(other, mr->lkey, mr->addr - 1, 64, false, &out),
+              AccessError::kUnknownKey);
+    EXPECT_EQ(table.ResolveRemoteWrite(other, mr->rkey, mr->addr, 64, &out),
+              AccessError::kUnknownKey);
+    EXPECT_EQ(table.ResolveRemoteWrite(other, mr->rkey, mr->addr + 4096, 1, &out),
+              AccessError::kUnknownKey);
+    EXPECT_EQ(out, nullptr);
+  }
+}
+
+TEST(MemoryTable_ProtectionDomain, KeysAreUniqueAcrossDomains) {
+  std::vector<std::byte> buf(4096);
+  MemoryTable t;
+  MemoryRegion r;
+  r.addr = AddrOf(buf.data());
+  r.length = buf.size();
+  r.lkey = MemoryTable::kFirstCallerKey + 1;
+  r.rkey = MemoryTable::kFirstCallerKey + 2;
+  r.access = kRemoteRw;
+  r.pd = 1;
+  ASSERT_TRUE(t.RegisterMapped(r, buf.data()).ok());
+  r.pd = 2;  // the same keys in another domain would make a key name two regions
+  EXPECT_EQ(t.RegisterMapped(r, buf.data()).code(), absl::StatusCode::kAlreadyExists);
+  std::byte* out = nullptr;
+  EXPECT_EQ(t.ResolveLocal(2, r.lkey, r.addr, 1, false, &out), AccessError::kUnknownKey);
+  EXPECT_EQ(t.ResolveLocal(1, r.lkey, r.addr, 1, false, &out), AccessError::kNone);
 }
 
 }  // namespace

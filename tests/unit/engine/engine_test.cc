@@ -179,6 +179,99 @@ TEST(Engine_Memory, RegistersSameKeysInEveryWorker) {
   EXPECT_FALSE(t.a->DeregisterMemory(mr->lkey).ok());
 }
 
+// Regions of other processes (attached applications) get random keys from the engine's range
+// and the protection domain asked for, in every worker; domains are never 0 and never repeat.
+TEST(Engine_Memory, MappedRegionsGetRandomKeysInTheirDomain) {
+  TwoEngines t(2);
+  absl::StatusOr<uint32_t> pd1 = t.a->AllocateProtectionDomain();
+  absl::StatusOr<uint32_t> pd2 = t.a->AllocateProtectionDomain();
+  ASSERT_TRUE(pd1.ok() && pd2.ok());
+  EXPECT_NE(*pd1, core::kDefaultProtectionDomain);
+  EXPECT_NE(*pd1, *pd2);
+  std::vector<std::byte> here(8192);
+  const MappedRegion region{0x7f0000200000, here.size(),
+                            core::access::kLocalWrite | core::access::kRemoteWrite, here.data()};
+  auto mr = t.a->RegisterMappedMemory(region, *pd1);
+  ASSERT_TRUE(mr.ok()) << mr.status();
+  EXPECT_EQ(mr->pd, *pd1);
+  EXPECT_EQ(mr->addr, region.addr);
+  for (uint32_t key : {mr->lkey, mr->rkey}) {
+    EXPECT_GE(key, Engine::kFirstRandomKey);
+    EXPECT_LE(key, Engine::kLastRandomKey);
+  }
+  for (int w = 0; w < 2; ++w) {
+    const core::AccessError in_pd1 = t.a->Call<core::AccessError>(w, [&](Worker& wk) {
+      std::byte* out = nullptr;
+      return wk.endpoint().memory().ResolveRemoteWrite(*pd1, mr->rkey, region.addr + 8, 8, &out);
+    });
+    const core::AccessError in_pd2 = t.a->Call<core::AccessError>(w, [&](Worker& wk) {
+      std::byte* out = nullptr;
+      return wk.endpoint().memory().ResolveRemoteWrite(*pd2, mr->rkey, region.addr + 8, 8, &out);
+    });
+    EXPECT_EQ(in_pd1, core::AccessError::kNone);
+    EXPECT_EQ(in_pd2, core::AccessError::kUnknownKey);
+  }
+  MappedRegion unmapped = region;
+  unmapped.local_base = nullptr;
+  EXPECT_EQ(t.a->RegisterMappedMemory(unmapped, *pd1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  MappedRegion write_only = region;
+  write_only.access = core::access::kRemoteWrite;
+  EXPECT_EQ(t.a->RegisterMappedMemory(write_only, *pd1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The default domain's registrations keep their counted keys, in domain 0.
+  std::vector<std::byte> buf(64);
+  auto own = t.a->RegisterMemory(buf.data(), buf.size(), core::access::kLocalWrite);
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->pd, core::kDefaultProtectionDomain);
+  EXPECT_TRUE(t.a->DeregisterMemory(mr->lkey).ok());
+  EXPECT_TRUE(t.a->DeregisterMemory(own->lkey).ok());
+}
+
+// An observed connection's path events reach its own event ring and, as copies, the engine's
+// observer rings; an unobserved one's only its own ring.
+TEST(Engine_Events, ObservedConnectionsCopyTheirEventsToTheObserver) {
+  TwoEngines t(2);
+  auto [plain, plain_b] = t.Connect(2, 2);
+  core::ConnectionConfig c;
+  c.path_count = 2;
+  c.local_conn_id = 3;
+  c.remote_conn_id = 3;
+  auto observed = std::make_shared<ConnectionChannel>(3, t.a->OwnerOf(3), 16, 16, 16, t.cq_a,
+                                                      t.cq_a);
+  ASSERT_TRUE(t.a->CreateConnectionOnChannel(c, PeerRoute{{t.addr_b}}, observed,
+                                             ObservePathEvents::kYes)
+                  .ok());
+  ASSERT_TRUE(t.a->RequestRotation(2, 1).ok());
+  ASSERT_TRUE(t.a->RequestRotation(3, 1).ok());
+  std::vector<core::PathEvent> copies;
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (copies.empty() && std::chrono::steady_clock::now() < deadline) {
+    core::PathEvent buf[8];
+    copies.insert(copies.end(), buf, buf + t.a->PollObservedEvents(buf));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_FALSE(copies.empty());
+  EXPECT_THAT(copies, Each(Field(&core::PathEvent::conn_id, 3u)));
+  EXPECT_EQ(copies[0].kind, core::PathEvent::Kind::kPortRotated);
+  EXPECT_EQ(copies[0].reason, core::PathEventReason::kManual);
+  // Each connection's own ring has its own events, the copies taken or not.
+  auto first_event = [](ConnectionChannel& ch) {
+    core::PathEvent e;
+    const auto until = std::chrono::steady_clock::now() + kTimeout;
+    while (!ch.events.TryPop(e) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return e;
+  };
+  EXPECT_EQ(first_event(*observed).conn_id, 3u);
+  EXPECT_EQ(first_event(*plain).conn_id, 2u);
+  uint64_t dropped = 0;
+  for (const WorkerStats& w : t.a->Stats()) dropped += w.observed_events_dropped;
+  EXPECT_EQ(dropped, 0u);
+  EXPECT_TRUE(t.a->DestroyConnection(3).ok());
+}
+
 // 1000 Writes and Sends over two connections, one owned by each worker on both engines.
 TEST(Engine_DataPath, ThousandWritesAndSendsAcrossTwoWorkers) {
   TwoEngines t(2);
