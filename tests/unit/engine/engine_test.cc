@@ -78,8 +78,11 @@ class TwoEngines {
   }
 
   // Connection id_a on A <-> id_b on B, with matching tokens.
+  // `min_pto`: tests that count the packets one Poll sends need one long enough that a preempted
+  // thread does not turn a stall into a retransmission.
   std::pair<std::shared_ptr<ConnectionChannel>, std::shared_ptr<ConnectionChannel>> Connect(
-      uint32_t id_a, uint32_t id_b) {
+      uint32_t id_a, uint32_t id_b,
+      core::Duration min_pto = std::chrono::milliseconds(2)) {
     core::ConnectionConfig ca;
     ca.path_count = 4;
     ca.mtu = 1024;
@@ -87,7 +90,7 @@ class TwoEngines {
     // longer than the protocol's defaults tolerate; these tests are about the engine.
     ca.no_progress_timeout = std::chrono::seconds(5);
     ca.max_transmissions = 255;
-    ca.min_probe_timeout = std::chrono::milliseconds(2);
+    ca.min_probe_timeout = min_pto;
     ca.initial_rtt = std::chrono::microseconds(500);
     ca.local_conn_id = id_a;
     ca.remote_conn_id = id_b;
@@ -466,7 +469,7 @@ TEST(Engine_Inline, AnswerLeavesBeforeTheAckOfTheRequest) {
   const uint32_t rw = core::access::kLocalWrite | core::access::kRemoteWrite;
   auto amr = *t.a->RegisterMemory(abuf.data(), abuf.size(), rw);
   auto bmr = *t.b->RegisterMemory(bbuf.data(), bbuf.size(), rw);
-  auto [ca, cb] = t.Connect(21, 22);
+  auto [ca, cb] = t.Connect(21, 22, std::chrono::milliseconds(500));
   core::SendWorkRequest ping;
   ping.opcode = core::WrOpcode::kWrite;
   ping.local = {amr.addr, 8, amr.lkey};
