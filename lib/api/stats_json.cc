@@ -6,39 +6,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-
+#include "lib/core/counter_fields.h"
 #include "lib/core/types.h"
 
 namespace metaroce::api {
 namespace {
 
 using control::Json;
-using Counter = uint64_t core::ConnectionCounters::*;
-
-// Every counter, in the order the documents list them.
-constexpr std::pair<std::string_view, Counter> kCounters[] = {
-    {"sent_pkts", &core::ConnectionCounters::sent_pkts},
-    {"rcvd_pkts", &core::ConnectionCounters::rcvd_pkts},
-    {"retransmits", &core::ConnectionCounters::retransmits},
-    {"gap_retransmits", &core::ConnectionCounters::gap_retransmits},
-    {"timeout_retransmits", &core::ConnectionCounters::timeout_retransmits},
-    {"rerouted_packets", &core::ConnectionCounters::rerouted_packets},
-    {"duplicate_request", &core::ConnectionCounters::duplicate_request},
-    {"out_of_window", &core::ConnectionCounters::out_of_window},
-    {"bad_token", &core::ConnectionCounters::bad_token},
-    {"bad_path", &core::ConnectionCounters::bad_path},
-    {"reorder_drops", &core::ConnectionCounters::reorder_drops},
-    {"seq_err_naks_sent", &core::ConnectionCounters::seq_err_naks_sent},
-    {"rcvd_rnr_err", &core::ConnectionCounters::rcvd_rnr_err},
-    {"rnr_naks_sent", &core::ConnectionCounters::rnr_naks_sent},
-    {"access_naks_sent", &core::ConnectionCounters::access_naks_sent},
-    {"acks_sent", &core::ConnectionCounters::acks_sent},
-    {"acks_rcvd", &core::ConnectionCounters::acks_rcvd},
-    {"probes_sent", &core::ConnectionCounters::probes_sent},
-    {"retry_exceeded_err", &core::ConnectionCounters::retry_exceeded_err},
-    {"messages_completed", &core::ConnectionCounters::messages_completed},
-    {"messages_received", &core::ConnectionCounters::messages_received},
-};
 
 double Micros(core::Duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
@@ -124,12 +98,12 @@ absl::StatusOr<core::PathStats> PathStatsFromJson(const Json& q) {
 
 Json CountersJson(const core::ConnectionCounters& c) {
   Json j = Json::MakeObject();
-  for (const auto& [name, member] : kCounters) j[name] = c.*member;
+  for (const auto& [name, member] : core::kConnectionCounterFields) j[name] = c.*member;
   return j;
 }
 
 void AddCounters(const core::ConnectionCounters& c, Json& sum) {
-  for (const auto& [name, member] : kCounters) {
+  for (const auto& [name, member] : core::kConnectionCounterFields) {
     Json& v = sum[name];
     v = v.AsUint().value_or(0) + c.*member;
   }
@@ -200,7 +174,7 @@ absl::StatusOr<ConnectionStats> ConnectionStatsFromJson(const Json& j) {
   if (counters == nullptr || !counters->is_object()) {
     return Missing(kWhere, "counters", "an object");
   }
-  for (const auto& [key, member] : kCounters) {
+  for (const auto& [key, member] : core::kConnectionCounterFields) {
     if (absl::Status c = ReadUint(*counters, key, "counters", s.counters.*member); !c.ok()) {
       return c;
     }

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/core/path_state.h"
-#include "tools/sim/counter_fields.h"
+#include "lib/core/counter_fields.h"
 
 namespace metaroce::sim {
 namespace {
@@ -136,7 +136,7 @@ void WriteCountMap(JsonWriter& w, std::string_view key, const std::map<std::stri
 
 void WriteCounters(JsonWriter& w, std::string_view key, const core::ConnectionCounters& c) {
   w.BeginObject(key);
-  for (const auto& [name, field] : kConnectionCounterFields) w.Field(name, c.*field);
+  for (const auto& [name, field] : core::kConnectionCounterFields) w.Field(name, c.*field);
   w.EndObject();
 }
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/core/endpoint.h"
 #include "lib/wire/packet.h"
-#include "tools/sim/counter_fields.h"
+#include "lib/core/counter_fields.h"
 #include "tools/sim/rng.h"
 
 namespace metaroce::sim {
@@ -719,8 +719,8 @@ ScenarioResult Simulation::Finish() {
   for (const ConnectionState& cs : conns_) {
     for (int i = 0; i < cs.source->CorruptedGuards(); ++i) DataError("guard_corrupted");
     for (int i = 0; i < cs.destination->CorruptedGuards(); ++i) DataError("guard_corrupted");
-    AccumulateCounters(r.requester_counters, cs.requester->counters());
-    AccumulateCounters(r.responder_counters, cs.responder->counters());
+    core::AccumulateCounters(r.requester_counters, cs.requester->counters());
+    core::AccumulateCounters(r.responder_counters, cs.responder->counters());
   }
   for (const core::Endpoint* ep : {endpoint_a_.get(), endpoint_b_.get()}) {
     r.malformed_datagrams += ep->counters().malformed;
