@@ -149,11 +149,12 @@ bool Worker::RunOnce() {
   // application requests; those this receive phase produces wait for the next iteration.
   const size_t held = held_acks_.size();
   core::Instant now = MonotonicNow();
+  work += DrainReceives(now);
   holding_acks_ = options_.defer_receive_acks;
   work += ReceiveFromPorts(now);
   work += ReceiveHandoffs(now);
   holding_acks_ = false;
-  work += DrainCommands(now);
+  work += DrainSends(now);
   if (held > 0) {
     FlushPorts();  // the application's packets go first
     work += ReleaseHeldAcks(held);
@@ -357,12 +358,11 @@ bool Worker::PushCompletion(OwnedConnection& oc, const core::Completion& c) {
   return true;
 }
 
-size_t Worker::DrainCommands(core::Instant now) {
+size_t Worker::DrainReceives(core::Instant now) {
   size_t total = 0;
   const uint32_t budget = options_.commands_per_loop;
   for (auto& [id, oc] : owned_) {
     ConnectionChannel& ch = *oc.channel;
-    // Receives first: they are what lets the peer's sends progress.
     oc.recv_blocked = false;
     for (uint32_t i = 0; i < budget; ++i) {
       const core::RecvWorkRequest* front = ch.recvs.Front();
@@ -386,6 +386,15 @@ size_t Worker::DrainCommands(core::Instant now) {
       ch.recvs.PopFront();
       ++total;
     }
+  }
+  return total;
+}
+
+size_t Worker::DrainSends(core::Instant now) {
+  size_t total = 0;
+  const uint32_t budget = options_.commands_per_loop;
+  for (auto& [id, oc] : owned_) {
+    ConnectionChannel& ch = *oc.channel;
     oc.send_blocked = false;
     for (uint32_t i = 0; i < budget; ++i) {
       const core::SendWorkRequest* front = ch.sends.Front();

@@ -232,7 +232,11 @@ class Worker {
   size_t DrainBacklogs();
   size_t ReceiveFromPorts(core::Instant now);
   size_t ReceiveHandoffs(core::Instant now);
-  size_t DrainCommands(core::Instant now);
+  // Posted receives into the core: before the loop's packets are received, so that a receive
+  // posted before a Send arrived matches it (ibv_post_recv is effective at once).
+  size_t DrainReceives(core::Instant now);
+  // Posted sends into the core (transmits what their windows allow).
+  size_t DrainSends(core::Instant now);
   void DeliverCompletions(OwnedConnection& oc);
   void DeliverEvents(OwnedConnection& oc);
   void FlushPorts();

@@ -874,12 +874,6 @@ absl::StatusOr<JsonValue> RunStackServer(const PerfOptions& options,
     const uint64_t size = m->U64Or("size", 0);
     if (size == 0 || size > max_size) return absl::InvalidArgumentError("bad round size");
     for (Qp& q : s.qps) std::memset(q.buf, 0, q.buf_bytes);
-    // An inline engine takes the posted receives from their ring only when polled: hand them
-    // to the core before the client starts, or its first messages find none (RNR).
-    if (s.ctx->is_inline()) {
-      for (int i = 0; i < 64 && s.ctx->Poll(); ++i) {
-      }
-    }
     ControlMessage go;
     go.kind = "go";
     if (absl::Status st = ctl->Send(go); !st.ok()) return st;

@@ -461,6 +461,35 @@ TEST(Engine_Inline, WriteAndSendRoundTripInOneThread) {
   EXPECT_TRUE(t.b->DestroyConnection(12).ok());
 }
 
+// A receive posted before a Send arrives matches it, even when both reach the engine in the same
+// Poll: posted receives enter the core before that loop's packets (ibv_post_recv is effective
+// at once), so the sender never meets receiver-not-ready.
+TEST(Engine_Inline, ReceivePostedBeforeTheSendArrivesMatchesIt) {
+  TwoEngines t(0);
+  std::vector<std::byte> abuf(4096), bbuf(4096);
+  const uint32_t rw = core::access::kLocalWrite | core::access::kRemoteWrite;
+  auto amr = *t.a->RegisterMemory(abuf.data(), abuf.size(), rw);
+  auto bmr = *t.b->RegisterMemory(bbuf.data(), bbuf.size(), rw);
+  auto [ca, cb] = t.Connect(31, 32, std::chrono::milliseconds(500));
+  core::RecvWorkRequest r;
+  r.wr_id = 7;
+  r.local = {bmr.addr, 4096, bmr.lkey};
+  ASSERT_TRUE(cb->recvs.TryPush(r));  // B's engine has not polled since
+  core::SendWorkRequest s;
+  s.opcode = core::WrOpcode::kSend;
+  s.local = {amr.addr, 100, amr.lkey};
+  ASSERT_TRUE(ca->sends.TryPush(s));
+  t.a->Poll();  // the Send is on B's wire before B takes the receive from its ring
+  t.b->Poll();  // both in one loop
+  auto got = t.Collect(*t.cq_b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].wr_id, 7u);
+  EXPECT_EQ(got[0].status, core::WcStatus::kSuccess);
+  auto snap = t.b->Snapshot(32);
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->counters.rnr_naks_sent, 0u);
+}
+
 // Inline, the ACK of a received message waits for the application's next requests: an answer
 // posted between two Polls leaves before that ACK.
 TEST(Engine_Inline, AnswerLeavesBeforeTheAckOfTheRequest) {
