@@ -72,12 +72,6 @@ absl::StatusOr<core::TransportProfile> ProfileNamed(std::string_view name) {
       absl::StrCat("profile '", std::string(name), "': expected metaroce, gbn or reorder"));
 }
 
-std::string ProfileName(const core::TransportProfile& p) {
-  if (p.recovery == core::RecoveryPolicy::kGoBackN) return "gbn";
-  if (p.placement == core::PlacementPolicy::kReorderBuffer) return "reorder";
-  return "metaroce";
-}
-
 
 // "ADDR", "ADDR:PORT", "[V6]" or "[V6]:PORT".
 absl::Status SplitHostPort(std::string_view text, uint16_t default_port, std::string* host,
@@ -259,7 +253,7 @@ Json ConnectionManager::Insert(std::unique_ptr<api::Connection> conn, std::strin
   for (size_t p = 0; p < conn->local_parameters().plane_addresses.size(); ++p) {
     mc->planes.push_back(static_cast<int>(p));
   }
-  mc->profile = ProfileName(conn->local_parameters().profile);
+  mc->profile = std::string(conn->local_parameters().profile.Name());
   mc->created_s = absl::ToDoubleSeconds(absl::Now() - options_.started);
   mc->link = std::move(link);
   mc->last_heard = absl::Now();

@@ -119,11 +119,6 @@ struct Session {
   size_t planes() const { return ctx->options().planes.size(); }
 };
 
-// Whether metaroced answers on its control socket.
-bool DaemonAnswers(const std::string& path) {
-  return control::Client::Connect(path, absl::Seconds(1)).ok();
-}
-
 absl::Status AttachToDaemon(Session& s) {
   api::AttachOptions ao;
   ao.socket_path = s.o.daemon_socket;
@@ -141,9 +136,15 @@ absl::Status AttachToDaemon(Session& s) {
 }
 
 absl::Status CreateStack(Session& s, std::shared_ptr<api::MemoryPairBroker> broker, int side) {
-  const bool attach = s.o.engine_mode == EngineMode::kDaemon ||
-                      (s.o.engine_mode == EngineMode::kAuto && DaemonAnswers(s.o.daemon_socket));
-  if (attach) return AttachToDaemon(s);
+  if (s.o.engine_mode != EngineMode::kEmbedded) {
+    absl::Status attached = AttachToDaemon(s);
+    // kAuto: nobody listening on the socket means "no daemon here"; any other refusal (a
+    // daemon that refuses this user, a limit) is the answer.
+    if (attached.ok() || s.o.engine_mode == EngineMode::kDaemon ||
+        attached.code() != absl::StatusCode::kUnavailable) {
+      return attached;
+    }
+  }
   if (s.o.interfaces.empty() && s.o.port_kind != PortKindFlag::kMemory) {
     return absl::FailedPreconditionError(absl::StrCat(
         "no metaroced answers at ", s.o.daemon_socket,
