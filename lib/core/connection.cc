@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "lib/core/probes.h"
 #include "lib/core/receiver.h"
 #include "lib/core/sender.h"
 
@@ -43,6 +44,8 @@ void Connection::OnPacket(Instant now, const wire::Packet& packet, const RxMeta&
     ++counters_.bad_path;
     return;
   }
+  MR_PROBE6(packet_received, config_.local_conn_id, packet.path_id, packet.psn,
+            static_cast<uint8_t>(packet.opcode), packet.payload.size(), packet.flags);
   switch (packet.opcode) {
     case wire::Opcode::kAck: sender_->OnAck(now, packet); break;
     case wire::Opcode::kProbe: receiver_->OnProbe(now, packet, meta); break;
@@ -61,12 +64,12 @@ Instant Connection::NextDeadline() const {
   return std::min(sender_->NextDeadline(), receiver_->NextDeadline());
 }
 
-void Connection::Fail(Instant /*now*/, WcStatus status, std::optional<uint32_t> culprit) {
+void Connection::Fail(Instant now, WcStatus status, std::optional<uint32_t> culprit) {
   if (state_ == State::kError) return;
   state_ = State::kError;
   error_status_ = status;
   // The culprit gets the real status; if none is named, the oldest request carries it.
-  sender_->Flush(culprit, status);
+  sender_->Flush(now, culprit, status);
   receiver_->Flush();
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "lib/core/connection.h"
+#include "lib/core/probes.h"
 #include "lib/core/sequence.h"
 
 namespace metaroce::core {
@@ -99,8 +100,11 @@ wire::Syndrome Receiver::Check(const wire::Packet& p, std::byte** dst) {
   // only regions of the connection's protection domain are found.
   std::byte* target = nullptr;
   if (wire::IsWrite(p.opcode)) {
-    if (conn_.memory_.ResolveRemoteWrite(cfg_.pd, d.rkey, d.remote_addr, p.payload.size(),
-                                         &target) != AccessError::kNone) {
+    const AccessError denied = conn_.memory_.ResolveRemoteWrite(cfg_.pd, d.rkey, d.remote_addr,
+                                                                p.payload.size(), &target);
+    if (denied != AccessError::kNone) {
+      MR_PROBE6(access_error, cfg_.local_conn_id, p.path_id, d.rkey, d.remote_addr,
+                p.payload.size(), static_cast<uint8_t>(denied));
       m.refused = wire::Syndrome::kRemoteAccessNak;  // [M2] the whole message is refused
       return m.refused;
     }
@@ -175,6 +179,8 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   if (verdict != wire::Syndrome::kAck) {
     // A refused packet's PSN stays unacknowledged, so a lost NAK costs a retransmission and a
     // new NAK, never a silent loss [M6].
+    MR_PROBE6(nak_sent, cfg_.local_conn_id, p.path_id, p.psn, static_cast<uint8_t>(verdict),
+              p.data.msg_seq, static_cast<uint8_t>(p.opcode));
     if (verdict == wire::Syndrome::kRnrNak) ++conn_.counters_.rnr_naks_sent;
     if (verdict == wire::Syndrome::kRemoteAccessNak) ++conn_.counters_.access_naks_sent;
     SendAck(now, p.path_id, p.psn, 0, verdict, p.data.msg_seq);
@@ -333,6 +339,8 @@ void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint
   meta.src_port = path.peer_port;
   meta.dst_port = cfg_.udp_port;
   conn_.sink_.Transmit(meta, std::span<const std::byte>(buf.data(), n), {});
+  MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, trigger_psn, static_cast<uint8_t>(a.opcode),
+            0, false, meta.src_port, a.flags);
   ++conn_.counters_.acks_sent;
   path.unacked_in_order = 0;
   path.ack_deadline = kNever;
@@ -342,6 +350,7 @@ void Receiver::OnTimer(Instant now) {
   if (failed_) return;
   for (uint16_t i = 0; i < paths_.size(); ++i) {
     if (paths_[i].ack_deadline <= now) {
+      MR_PROBE3(timer_fired, cfg_.local_conn_id, i, probe::kTimerDelayedAck);
       SendAck(now, i, paths_[i].last_psn, wire::flags::kDelayedAck);
     }
   }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/core/connection.h"
+#include "lib/core/probes.h"
 #include "lib/core/sequence.h"
 
 namespace metaroce::core {
@@ -95,6 +96,7 @@ absl::Status Sender::Post(Instant now, const SendWorkRequest& wr) {
   m.wr = wr;
   m.src = src;
   m.msg_seq = next_msg_seq_++;
+  m.posted_at = now;
   if (ConsumesReceive(wr.opcode)) m.recv_seq = next_recv_seq_++;
   m.stream_offset = next_stream_offset_;
   next_stream_offset_ += wr.local.length;
@@ -223,6 +225,8 @@ void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, bool rerouted
   inflight_bytes_ += e.bytes;
   if (!Transmit(now, path, psn, rerouted, true)) return;
   if (rerouted) {
+    MR_PROBE5(retransmit, cfg_.local_conn_id, path.id, psn, probe::kRetransmitReroute,
+              e.transmissions);
     ++path.stats.retransmits;
     ++conn_.counters_.retransmits;
   }
@@ -300,6 +304,8 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
   meta.src_port = path.port;
   meta.dst_port = cfg_.udp_port;
   conn_.sink_.Transmit(meta, std::span<const std::byte>(headers.data(), n), payload);
+  MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, psn, static_cast<uint8_t>(p.opcode),
+            payload.size(), retransmission, meta.src_port, p.flags);
   ++path.stats.tx_packets;
   path.stats.tx_bytes += payload.size();
   ++conn_.counters_.sent_pkts;
@@ -311,6 +317,8 @@ void Sender::Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why) {
   // budget under heavy loss; like ibverbs, only the connection-level retry limit applies there.
   const bool counts = why != Why::kRnr && why != Why::kGoBackN;
   if (!Transmit(now, path, psn, true, counts)) return;
+  MR_PROBE5(retransmit, cfg_.local_conn_id, path.id, psn, static_cast<uint8_t>(why),
+            path.at(psn).transmissions);
   ++path.stats.retransmits;
   ++conn_.counters_.retransmits;
   if (why == Why::kGap) ++conn_.counters_.gap_retransmits;
@@ -329,6 +337,8 @@ void Sender::SendProbe(Instant now, SenderPath& path) {
   const size_t n = wire::SerializeHeaders(p, headers);
   TxMeta meta{cfg_.local_conn_id, path.id, path.plane, path.port, cfg_.udp_port};
   conn_.sink_.Transmit(meta, std::span<const std::byte>(headers.data(), n), {});
+  MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, p.psn, static_cast<uint8_t>(p.opcode), 0,
+            false, meta.src_port, p.flags);
   ++conn_.counters_.probes_sent;
   // Unanswered probes back off exponentially (a route whose RTT is far above the estimate must
   // get the time to answer), up to 2^10 probe timeouts.
@@ -367,17 +377,20 @@ void Sender::AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Pac
   MarkDataAcked(now, e.ref);
 }
 
-void Sender::MarkDataAcked(Instant /*now*/, PacketRef ref) {
+void Sender::MarkDataAcked(Instant now, PacketRef ref) {
   OutboundMessage* m = Find(ref.msg_seq);
   if (m == nullptr || m->done || m->IsAcked(ref.index)) return;
   m->acked[ref.index / 64] |= uint64_t{1} << (ref.index % 64);
-  if (++m->acked_count == m->packets) CompleteMessage(*m, WcStatus::kSuccess);
+  if (++m->acked_count == m->packets) CompleteMessage(now, *m, WcStatus::kSuccess);
 }
 
-void Sender::CompleteMessage(OutboundMessage& m, WcStatus status) {
+void Sender::CompleteMessage(Instant now, OutboundMessage& m, WcStatus status) {
   if (m.done) return;
   m.done = true;
   m.status = status;
+  MR_PROBE7(msg_completed, cfg_.local_conn_id, m.msg_seq, static_cast<uint8_t>(m.wr.opcode),
+            static_cast<uint8_t>(status), (now - m.posted_at).count(), m.wr.local.length,
+            m.wr.wr_id);
   if (status == WcStatus::kSuccess) ++conn_.counters_.messages_completed;
   if (!OrderedCompletion() &&
       (status != WcStatus::kSuccess || (m.wr.flags & send_flags::kSignaled))) {
@@ -469,7 +482,11 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     if (path.state == PathState::kSuspect) {
       SetState(now, path, PathState::kActive, PathEventReason::kProgress);
     }
-    if (t.rtt_sample > Duration(0)) path.rtt.AddSample(t.rtt_sample);
+    if (t.rtt_sample > Duration(0)) {
+      path.rtt.AddSample(t.rtt_sample);
+      MR_PROBE5(rtt_sample, cfg_.local_conn_id, path.id, t.rtt_sample.count(),
+                path.rtt.srtt().count(), path.port);
+    }
     path.congestion.OnAck(now, t.bytes, t.packets, ce_delta, t.rtt_sample, path.rtt.srtt(),
                           path.rtt.min_rtt());
     const double used = path.congestion.cwnd() == 0
@@ -490,6 +507,8 @@ void Sender::DetectLosses(Instant now, SenderPath& path) {
   for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn) && !failed_; ++psn) {
     SentPacket& e = path.at(psn);
     if (e.acked || e.last_tx_order >= path.delivered_order || e.rnr_until > now) continue;
+    MR_PROBE6(sack_gap, cfg_.local_conn_id, path.id, psn, path.snd_una, path.next_psn,
+              e.transmissions);
     Retransmit(now, path, psn, Why::kGap);
   }
 }
@@ -503,6 +522,7 @@ void Sender::OnNak(Instant now, SenderPath& path, const wire::Packet& ack) {
   switch (ack.ack.syndrome) {
     case wire::Syndrome::kRnrNak: {
       ++conn_.counters_.rcvd_rnr_err;
+      MR_PROBE5(rnr, cfg_.local_conn_id, path.id, psn, ack.ack.msg_seq, ack.ack.rnr_delay_us);
       if (!outstanding) return;
       SentPacket& e = path.at(psn);
       OutboundMessage* m = Find(e.ref.msg_seq);
@@ -575,6 +595,7 @@ void Sender::OnTimer(Instant now) {
       continue;
     }
     if (path.at(psn).rnr_until <= now) {
+      MR_PROBE3(timer_fired, cfg_.local_conn_id, pid, probe::kTimerRnr);
       path.at(psn).rnr_until = Instant{0};
       rnr_waits_.erase(rnr_waits_.begin() + static_cast<ptrdiff_t>(i));
       Retransmit(now, path, psn, Why::kRnr);
@@ -584,8 +605,12 @@ void Sender::OnTimer(Instant now) {
   }
   for (SenderPath& path : paths_) {
     if (failed_) return;
-    if (path.rotate_at <= now) Rotate(now, path, path.rotate_reason);
+    if (path.rotate_at <= now) {
+      MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerRotation);
+      Rotate(now, path, path.rotate_reason);
+    }
     if (path.state == PathState::kProbing && path.next_probe_at <= now) {
+      MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerProbe);
       bool rotated = false;
       if (++path.probe_timeouts >= cfg_.fail_after_timeouts) {
         path.probe_timeouts = 0;
@@ -597,6 +622,7 @@ void Sender::OnTimer(Instant now) {
   }
   if (failed_) return;
   if (!messages_.empty() && now - last_progress_ >= cfg_.no_progress_timeout) {
+    MR_PROBE3(timer_fired, cfg_.local_conn_id, 0xffff, probe::kTimerNoProgress);
     ++conn_.counters_.retry_exceeded_err;
     conn_.Fail(now, WcStatus::kRetryExcErr, base_seq_);
     return;
@@ -606,6 +632,7 @@ void Sender::OnTimer(Instant now) {
 }
 
 void Sender::OnPathTimeout(Instant now, SenderPath& path) {
+  MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerPathTimeout);
   if (path.outstanding() == 0) {
     path.pto_deadline = kNever;
     return;
@@ -716,6 +743,8 @@ bool Sender::Rotate(Instant now, SenderPath& path, PathEventReason reason) {
   ev.new_port = port;
   ev.reason = reason;
   conn_.EmitEvent(ev);
+  MR_PROBE6(port_rotated, ev.conn_id, ev.path_id, old_port, port, static_cast<uint8_t>(reason),
+            static_cast<uint8_t>(path.state));
   // A new route: forget what the old one taught us.
   path.congestion.Reset();
   path.rtt.Reset();
@@ -760,6 +789,8 @@ void Sender::SetState(Instant now, SenderPath& path, PathState to, PathEventReas
   ev.old_port = ev.new_port = path.port;
   ev.reason = reason;
   path.state = to;
+  MR_PROBE5(path_state, ev.conn_id, ev.path_id, static_cast<uint8_t>(ev.from),
+            static_cast<uint8_t>(to), static_cast<uint8_t>(reason));
   conn_.EmitEvent(ev);
 }
 
@@ -788,12 +819,12 @@ absl::Status Sender::RequestRotation(Instant now, uint16_t path_id) {
   return absl::OkStatus();
 }
 
-void Sender::Flush(std::optional<uint32_t> culprit, WcStatus status) {
+void Sender::Flush(Instant now, std::optional<uint32_t> culprit, WcStatus status) {
   failed_ = true;
   // Without a named culprit the oldest outstanding request carries the status.
   const uint32_t culprit_seq = culprit.value_or(base_seq_);
   for (OutboundMessage& m : messages_) {
-    CompleteMessage(m, m.msg_seq == culprit_seq ? status : WcStatus::kWrFlushErr);
+    CompleteMessage(now, m, m.msg_seq == culprit_seq ? status : WcStatus::kWrFlushErr);
   }
   RetireAndReport();
   reroute_.clear();

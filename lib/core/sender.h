@@ -42,6 +42,7 @@ struct OutboundMessage {
   std::vector<uint8_t> transmissions;  // per packet, saturating
   uint32_t rnr_episodes = 0;
   Instant rnr_until{0};
+  Instant posted_at{0};  // when Post() accepted it (the msg_completed probe's latency)
   bool done = false;
   WcStatus status = WcStatus::kSuccess;
 
@@ -119,7 +120,7 @@ class Sender {
   absl::Status RequestRotation(Instant now, uint16_t path_id);
   // Completes every outstanding message: `culprit` (default: the oldest) gets `status`, the
   // others WR_FLUSH_ERR.
-  void Flush(std::optional<uint32_t> culprit, WcStatus status);
+  void Flush(Instant now, std::optional<uint32_t> culprit, WcStatus status);
 
   PathStats Stats(uint16_t path_id) const;
   size_t outstanding() const { return messages_.size(); }
@@ -147,7 +148,7 @@ class Sender {
   };
   void AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Packet& ack, AckTally& t);
   void MarkDataAcked(Instant now, PacketRef ref);
-  void CompleteMessage(OutboundMessage& m, WcStatus status);
+  void CompleteMessage(Instant now, OutboundMessage& m, WcStatus status);
   void RetireAndReport();
   void DetectLosses(Instant now, SenderPath& path);
   void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);

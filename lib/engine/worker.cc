@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "lib/core/probes.h"
 #include "lib/wire/packet.h"
 
 namespace metaroce::engine {
@@ -221,6 +222,7 @@ void Worker::Emit(uint8_t plane, const io::TxPacket& p) {
 void Worker::Backlog(uint8_t plane, const io::TxPacket& p) {
   auto& queue = backlog_[plane];
   if (queue.size() >= options_.tx_backlog_limit) {
+    MR_PROBE4(worker_drop, options_.id, probe::kDropTxBacklog, plane, queue.size());
     ++stats_.tx_backlog_dropped;
     return;
   }
@@ -309,8 +311,15 @@ void Worker::Dispatch(core::Instant now, std::span<const std::byte> datagram,
           ++stats_.handoff_sent;
           all_[owner]->Wake();
           break;
-        case HandoffChannel::PushResult::kNoSlot: ++stats_.handoff_dropped; break;
-        case HandoffChannel::PushResult::kTooLarge: ++stats_.handoff_too_large; break;
+        case HandoffChannel::PushResult::kNoSlot:
+          MR_PROBE4(worker_drop, options_.id, probe::kDropHandoffNoSlot, owner, datagram.size());
+          ++stats_.handoff_dropped;
+          break;
+        case HandoffChannel::PushResult::kTooLarge:
+          MR_PROBE4(worker_drop, options_.id, probe::kDropHandoffTooLarge, owner,
+                    datagram.size());
+          ++stats_.handoff_too_large;
+          break;
       }
       return;
     }

@@ -19,6 +19,14 @@
 #include "lib/io/interface_info.h"
 #include "lib/io/neighbor.h"
 
+// The ring-drop probe gathers its arguments with a syscall, so it runs only while traced: this
+// unit's probes have semaphores (lib/core/probes.h), defined here.
+#define MR_PROBES_WITH_SEMAPHORES 1
+#include "lib/core/probes.h"
+MR_PROBE_SEMAPHORE(xsk_tx_ring_full)
+MR_PROBE_SEMAPHORE(xsk_rx_dropped)
+MR_PROBE_SEMAPHORE(xsk_ring_drops)
+
 #ifndef SO_PREFER_BUSY_POLL
 #define SO_PREFER_BUSY_POLL 69
 #endif
@@ -287,6 +295,7 @@ bool AfXdpPort::Send(const TxPacket& packet) {
   if (free_tx_frames_.empty()) ReclaimCompletions();
   if (free_tx_frames_.empty()) {
     ++stats_.tx_ring_full;
+    MR_PROBE4(xsk_tx_ring_full, ifindex_, options_.queue_id, 0, tx_in_flight_);
     return false;
   }
   absl::StatusOr<MacAddress> next_hop = resolver_(packet.dst);
@@ -316,6 +325,7 @@ bool AfXdpPort::Send(const TxPacket& packet) {
   uint32_t index = 0;
   if (xsk_ring_prod__reserve(&rings_->tx, 1, &index) != 1) {
     ++stats_.tx_ring_full;
+    MR_PROBE4(xsk_tx_ring_full, ifindex_, options_.queue_id, 1, tx_in_flight_);
     return false;
   }
   free_tx_frames_.pop_back();
@@ -366,6 +376,11 @@ void AfXdpPort::KickTx() {
 }
 
 size_t AfXdpPort::Receive(std::span<RxPacket> out) {
+  if (MR_PROBE_ENABLED(xsk_ring_drops)) {
+    if (!probe_baseline_ || (++probe_polls_ & 255) == 0) ProbeRingDrops();
+  } else {
+    probe_baseline_ = false;
+  }
   if (!fill_backlog_.empty()) RefillFillRing();
   const uint32_t want =
       static_cast<uint32_t>(std::min<size_t>(out.size(), options_.batch_size));
@@ -388,7 +403,8 @@ size_t AfXdpPort::Receive(std::span<RxPacket> out) {
     const uint64_t frame_base = addr - addr % options_.frame_size;
     std::span<const std::byte> frame(
         static_cast<const std::byte*>(xsk_umem__get_data(umem_area_, addr)), desc->len);
-    if (ParseFrame(frame, filter, &parsed) != FrameVerdict::kOk) {
+    if (const FrameVerdict v = ParseFrame(frame, filter, &parsed); v != FrameVerdict::kOk) {
+      MR_PROBE4(xsk_rx_dropped, ifindex_, options_.queue_id, desc->len, static_cast<uint8_t>(v));
       ++stats_.rx_dropped;
       fill_backlog_.push_back(frame_base);
       continue;
@@ -411,6 +427,28 @@ size_t AfXdpPort::Receive(std::span<RxPacket> out) {
 void AfXdpPort::Release(std::span<const RxPacket> packets) {
   for (const RxPacket& p : packets) fill_backlog_.push_back(p.cookie);
   RefillFillRing();
+}
+
+void AfXdpPort::ProbeRingDrops() {
+  xdp_statistics xdp{};
+  socklen_t length = sizeof xdp;
+  if (getsockopt(xsk_fd_, SOL_XDP, XDP_STATISTICS, &xdp, &length) != 0) return;
+  const uint64_t now[5] = {xdp.rx_dropped, xdp.rx_ring_full, xdp.rx_fill_ring_empty_descs,
+                           xdp.rx_invalid_descs, xdp.tx_invalid_descs};
+  uint64_t delta[5];
+  bool grew = false;
+  for (int i = 0; i < 5; ++i) {
+    delta[i] = now[i] - probe_last_[i];
+    grew = grew || delta[i] != 0;
+    probe_last_[i] = now[i];
+  }
+  // The first reading of a tracing session is the baseline: drops before it are not reported.
+  if (probe_baseline_ && grew) {
+    // Six arguments: bpftrace 0.17 reads arg0..arg5 only (docs/tracing.md).
+    MR_PROBE6(xsk_ring_drops, ifindex_, options_.queue_id, delta[0], delta[1], delta[2],
+              delta[3] + delta[4]);
+  }
+  probe_baseline_ = true;
 }
 
 PortStats AfXdpPort::stats() const {

@@ -122,6 +122,12 @@ class AfXdpPort final : public PacketPort {
   void RefillFillRing();
   void KickTx();
   void KickFillRing();
+  // The xsk_ring_drops probe (docs/tracing.md): while a tracer is attached, every 256th
+  // Receive() reads XDP_STATISTICS and fires the probe with what grew since the last reading.
+  void ProbeRingDrops();
+  bool probe_baseline_ = false;  // the counters below are a reading of this tracing session
+  uint32_t probe_polls_ = 0;
+  uint64_t probe_last_[5] = {};  // rx_dropped, rx_ring_full, fill_ring_empty, rx/tx_invalid
 
   Options options_;
   NextHopResolver resolver_;

@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""Privileged end-to-end test of the USDT probes and the bpftrace tools in tools/trace.
+
+Brings up 2 hosts x 2 planes x 2 spines (tools/fabric/mrfabric, fabric `mrtr`), one metaroced per
+host, and runs every tools/trace/*.bt against host 0's live daemon (bpftrace -p PID) while
+mrperf write_bw runs through the daemons (attached, --daemon) with 3 % loss on spine 0, an
+operator rotation (mrctl path rotate) happens, and, at the end, host 0's daemon is stopped for
+half a second under a flood of MetaRoCE-shaped datagrams (its AF_XDP RX ring overflows). Each
+script is then stopped with SIGINT and its output checked against what mrctl reports:
+  - mrpathrtt: RTT histograms with counts for the mrperf connection's paths, summing to the
+    sample counts the script printed;
+  - mrretrans: gap retransmissions with the loss, at least the daemon's retransmit counter as
+    read mid-run;
+  - mrrotate: one line naming the rotated connection and path, and the old and new ports that
+    `mrctl path rotate` answered and `mrctl path show` lists, reason manual;
+  - mrmsglat: a write latency histogram with counts, at least the daemon's completed messages as
+    read mid-run;
+  - mrxskdrops: ring drops reported, no more than the daemon's XDP_STATISTICS counters grew.
+Exit 0 pass, 1 fail, 77 skip (not root, no bpftrace, probes missing from the build, or bpftrace
+cannot attach uprobes on this kernel).
+
+usage: trace_test.py METAROCED MRCTL MRPERF MRFABRIC TRACE_DIR
+(TRACE_TEST_OUTPUT_DIR=DIR keeps each script's output as DIR/NAME.out)
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+NAME = "mrtr"
+H0_PLANE0 = "198.18.0.2"
+H1_PLANE0 = "198.18.0.6"
+SCRIPTS = ["mrpathrtt", "mrretrans", "mrrotate", "mrmsglat", "mrxskdrops"]
+ROTATED_PATH = 2
+SECONDS = 12
+
+
+def ns(host):
+    return "mrf-%s-h%d" % (NAME, host)
+
+
+class Failures(list):
+    def check(self, ok, what):
+        print("%-70s %s" % (what, "ok" if ok else "FAIL"), flush=True)
+        if not ok:
+            self.append(what)
+        return ok
+
+
+def hist_counts(text, name):
+    """{key tuple: total count} of every histogram `@name[k, ...]:` in bpftrace output."""
+    out, key = {}, None
+    for line in text.splitlines():
+        m = re.match(r"@%s\[(.*)\]:\s*$" % re.escape(name), line)
+        if m:
+            key = tuple(k.strip() for k in m.group(1).split(","))
+            out[key] = 0
+            continue
+        m = re.match(r"[\[(].*[\])]\s+(\d+)\s+\|", line)
+        if key is not None and m:
+            out[key] += int(m.group(1))
+        elif line.strip() == "" or line.startswith("@"):
+            key = None
+    return out
+
+
+def scalars(text, name):
+    """{key tuple: value} of `@name[k, ...]: value` lines."""
+    out = {}
+    for m in re.finditer(r"^@%s\[(.*)\]: (-?\d+)$" % re.escape(name), text, re.M):
+        out[tuple(k.strip() for k in m.group(1).split(","))] = int(m.group(2))
+    return out
+
+
+def main():
+    if len(sys.argv) != 6:
+        sys.stderr.write(__doc__)
+        return 2
+    metaroced, mrctl, mrperf, mrfabric, trace_dir = sys.argv[1:]
+    if os.geteuid() != 0:
+        print("skip: needs root (namespaces, XDP, uprobes)")
+        return 77
+    bpftrace = shutil.which("bpftrace")
+    if bpftrace is None:
+        print("skip: bpftrace is not installed")
+        return 77
+    if shutil.which("ip") is None or subprocess.run(["ip", "netns", "list"],
+                                                    capture_output=True).returncode != 0:
+        print("skip: no `ip netns`")
+        return 77
+    notes = subprocess.run(["readelf", "-n", metaroced], capture_output=True, text=True).stdout
+    if "Provider: metaroce" not in notes:
+        print("skip: %s carries no metaroce probes (built without <sys/sdt.h>)" % metaroced)
+        return 77
+
+    f = Failures()
+    listed = subprocess.run([bpftrace, "-l", "usdt:%s:metaroce:*" % metaroced],
+                            capture_output=True, text=True, timeout=60)
+    for probe in ("packet_sent", "packet_received", "sack_gap", "retransmit", "rtt_sample",
+                  "timer_fired", "path_state", "port_rotated", "msg_completed", "rnr",
+                  "nak_sent", "access_error", "xsk_ring_drops", "xsk_tx_ring_full",
+                  "xsk_rx_dropped", "worker_drop"):
+        if ("usdt:%s:metaroce:%s" % (metaroced, probe)) not in listed.stdout.split():
+            f.append("bpftrace -l does not list metaroce:%s" % probe)
+    f.check(not f, "bpftrace -l lists every metaroce probe of metaroced")
+
+    tmp = tempfile.mkdtemp(prefix="metaroce-trace-test-")
+    os.chmod(tmp, 0o755)
+    sock = {h: os.path.join(tmp, "h%d.sock" % h) for h in (0, 1)}
+    daemons, logs, tracers, perf = {}, {}, {}, []
+
+    def fabric(*args, check=True):
+        p = subprocess.run([mrfabric, args[0], "--name", NAME] + list(args[1:]),
+                           capture_output=True, text=True, timeout=120)
+        if check and p.returncode != 0:
+            raise RuntimeError("mrfabric %s: %s" % (args[0], (p.stderr or p.stdout).strip()))
+        return p
+
+    def log_of(h):
+        logs[h].flush()
+        logs[h].seek(0)
+        return logs[h].read().strip()[-2000:]
+
+    def ctl(h, *args):
+        return subprocess.run(["ip", "netns", "exec", ns(h), mrctl, "-s", sock[h]] + list(args),
+                              capture_output=True, text=True, timeout=60)
+
+    def ctl_json(h, *args):
+        p = ctl(h, "-j", *args)
+        if p.returncode != 0:
+            raise RuntimeError("mrctl %s: exit %d: %s" % (" ".join(args), p.returncode,
+                                                          p.stderr.strip()))
+        return json.loads(p.stdout)
+
+    def start(h):
+        logs[h] = open(os.path.join(tmp, "h%d.log" % h), "w+")
+        # nsenter, not `ip netns exec`: the latter remounts /sys, hiding bpffs from the daemon.
+        # nsenter execs the daemon: Popen's pid is the daemon's, the one bpftrace -p wants.
+        daemons[h] = subprocess.Popen(
+            ["nsenter", "--net=/run/netns/" + ns(h), metaroced, "--interface", "pl0,pl1",
+             "--socket", sock[h]], stdout=logs[h], stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if daemons[h].poll() is not None:
+                raise RuntimeError("metaroced on host %d exited %d: %s" %
+                                   (h, daemons[h].returncode, log_of(h)))
+            if ctl(h, "daemon", "show").returncode == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError("metaroced on host %d did not answer within 20 s: %s" % (h, log_of(h)))
+
+    def ring_drops(h):
+        links = ctl_json(h, "stat", "show").get("links", [])
+        return sum(l.get(k, 0) for l in links
+                   for k in ("rx_kernel_dropped", "rx_ring_full", "fill_ring_empty"))
+
+    def start_tracer(script):
+        out = open(os.path.join(tmp, script + ".out"), "w+")
+        p = subprocess.Popen([bpftrace, "-p", str(daemons[0].pid),
+                              os.path.join(trace_dir, script + ".bt")],
+                             stdout=out, stderr=subprocess.PIPE, text=True)
+        tracers[script] = (p, out)
+
+    def wait_attached(script, timeout=60):
+        p, out = tracers[script]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out.flush()
+            out.seek(0)
+            if "Hit Ctrl-C to end." in out.read():
+                return True
+            if p.poll() is not None:
+                return False
+            time.sleep(0.2)
+        return False
+
+    def stop_tracer(script):
+        p, out = tracers.pop(script)
+        p.send_signal(signal.SIGINT)
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        out.flush()
+        out.seek(0)
+        text = out.read()
+        out.close()
+        with open(os.path.join(tmp, script + ".out"), "w") as keep:
+            keep.write(text)
+        return p.returncode, text, err
+
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    fabric("down", check=False)
+    try:
+        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2")
+        start(0)
+        start(1)
+
+        # Can this kernel and bpftrace attach a USDT probe to the daemon at all?
+        probe = subprocess.run(
+            [bpftrace, "-p", str(daemons[0].pid), "-e",
+             "usdt:*:metaroce:timer_fired { @n = count(); } interval:ms:300 { exit(); }"],
+            capture_output=True, text=True, timeout=60)
+        if probe.returncode != 0:
+            basic = subprocess.run([bpftrace, "-e", "BEGIN { exit(); }"], capture_output=True,
+                                   text=True, timeout=60)
+            if basic.returncode != 0 or not os.path.exists("/sys/bus/event_source/devices/uprobe"):
+                print("skip: bpftrace cannot attach here: %s" % (probe.stderr.strip()[-500:]))
+                return 77
+            f.check(False, "bpftrace attaches a USDT probe to metaroced: %s" %
+                    probe.stderr.strip()[-500:])
+            return 1
+
+        for s in SCRIPTS:
+            start_tracer(s)
+        for s in SCRIPTS:
+            if not f.check(wait_attached(s), "%s.bt attached to metaroced (pid %d)" %
+                           (s, daemons[0].pid)):
+                p, out = tracers[s]
+                p.poll()
+                print("  %s: %s" % (s, p.stderr.read()[-800:] if p.returncode is not None else ""))
+                return 1
+
+        fabric("fault", "0", "--udp-dport", "4792", "drop", "3")
+        common = ["write_bw", "--daemon", "-D", str(SECONDS), "-p", "18710", "-s", "65536"]
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", ns(1), mrperf] + common + ["--daemon-socket", sock[1]],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        perf.append(server)
+        time.sleep(0.5)
+        client = subprocess.Popen(
+            ["ip", "netns", "exec", ns(0), mrperf] + common +
+            ["--daemon-socket", sock[0], H1_PLANE0],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        perf.append(client)
+
+        # The client's connection on host 0's daemon: an attached application's.
+        cid, deadline = None, time.monotonic() + 20
+        while cid is None and time.monotonic() < deadline and client.poll() is None:
+            for c in ctl_json(0, "conn", "show").get("connections", []):
+                if isinstance(c.get("owner"), dict) and c.get("state") == "ready":
+                    cid = c.get("id")
+            time.sleep(0.2)
+        if not f.check(cid is not None, "mrperf's connection listed by host 0's daemon"):
+            raise RuntimeError("mrperf: %s" % (client.communicate(timeout=60)[0][-1500:]))
+
+        time.sleep(3)
+        rot = ctl_json(0, "path", "rotate", str(cid), str(ROTATED_PATH))
+        shown = ctl_json(0, "path", "show", str(cid)).get("paths", [])
+        shown_port = next((p.get("src_port") for p in shown if p.get("path_id") == ROTATED_PATH),
+                          None)
+        f.check(rot.get("new_port") not in (None, rot.get("old_port")) and
+                shown_port == rot.get("new_port"),
+                "mrctl path rotate %d %d: %s -> %s, path show agrees" %
+                (cid, ROTATED_PATH, rot.get("old_port"), rot.get("new_port")))
+
+        time.sleep(SECONDS / 2 - 3)
+        mid = {}
+        for link in ctl_json(0, "stat", "show").get("links", [])[:1]:
+            # Connection counters are per host, repeated on every link's line.
+            mid = {k: link.get(k, 0) for k in ("retransmits", "messages_completed")}
+
+        out_c, _ = client.communicate(timeout=SECONDS + 60)
+        out_s, _ = server.communicate(timeout=60)
+        f.check(client.returncode == 0 and server.returncode == 0,
+                "mrperf write_bw through the daemons with 3 %% loss (client %d, server %d)" %
+                (client.returncode, server.returncode))
+        if client.returncode != 0:
+            print(out_c[-1500:])
+        if server.returncode != 0:
+            print(out_s[-1500:])
+        fabric("fault", "0", "clear")
+
+        # AF_XDP RX ring overflow: the daemon stopped, a flood of MetaRoCE-shaped datagrams
+        # (version 1, an unknown connection) to its plane-0 address.
+        before = ring_drops(0)
+        flood = ("import socket,struct\n"
+                 "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                 "h=struct.pack('!BBHIHHIQ',1,1,0,0xfffffff0,0,0,0,0)\n"
+                 "for i in range(30000): s.sendto(h,('%s',4792))\n" % H0_PLANE0)
+        os.kill(daemons[0].pid, signal.SIGSTOP)
+        try:
+            subprocess.run(["ip", "netns", "exec", ns(1), "python3", "-c", flood], timeout=60,
+                           check=True)
+            time.sleep(0.2)
+        finally:
+            os.kill(daemons[0].pid, signal.SIGCONT)
+        time.sleep(1.5)
+        grown = ring_drops(0) - before
+        f.check(grown > 0, "flood while stopped: daemon's AF_XDP drop counters grew by %d" % grown)
+        total_drops = ring_drops(0)
+
+        results = {s: stop_tracer(s) for s in SCRIPTS}
+        keep = os.environ.get("TRACE_TEST_OUTPUT_DIR")  # for tools/trace/*_example.txt
+        if keep:
+            for s, (_, text, _) in results.items():
+                with open(os.path.join(keep, s + ".out"), "w") as out:
+                    out.write(text)
+        for s, (rc, text, err) in results.items():
+            f.check(rc == 0 and "Hit Ctrl-C to end." in text,
+                    "%s.bt ran and exited cleanly on SIGINT (exit %s)" % (s, rc))
+            if rc != 0:
+                print("  stderr: %s" % err.strip()[-800:])
+        key = str(cid)
+
+        # mrpathrtt: histograms per [conn, path] with counts, consistent with @samples.
+        text = results["mrpathrtt"][1]
+        hist = {k: v for k, v in hist_counts(text, "rtt_us").items() if k[0] == key}
+        samples = {k: v for k, v in scalars(text, "samples").items() if k[0] == key}
+        f.check(len(hist) >= 4 and all(v > 0 for v in hist.values()),
+                "mrpathrtt: RTT histograms with counts for %d paths of conn %s" % (len(hist), key))
+        f.check(bool(samples) and hist == samples,
+                "mrpathrtt: histogram counts equal the sample counts")
+
+        # mrretrans: gap retransmissions with the loss, no fewer than the daemon counted mid-run.
+        text = results["mrretrans"][1]
+        retrans = scalars(text, "retransmits")
+        ours = {k: v for k, v in retrans.items() if k[0] == key}
+        gap = sum(v for k, v in ours.items() if k[2] == "gap")
+        total = sum(retrans.values())
+        f.check(gap > 0 and all(k[2] in ("gap", "timeout", "gbn", "rnr", "reroute")
+                                for k in retrans),
+                "mrretrans: %d gap retransmissions on conn %s (%d in all)" % (gap, key, total))
+        f.check(0 < mid.get("retransmits", 0) <= total,
+                "mrretrans: total %d >= daemon's retransmits mid-run (%d)" %
+                (total, mid.get("retransmits", 0)))
+        f.check(re.search(r"^\d\d:\d\d:\d\d [1-9]\d*$", text, re.M) is not None,
+                "mrretrans: per-second lines with retransmissions")
+
+        # mrrotate: the operator's rotation, as mrctl reported it.
+        text = results["mrrotate"][1]
+        want = r"^\d\d:\d\d:\d\d +%s +%d +%d->%d +manual +\w+$" % (
+            key, ROTATED_PATH, rot.get("old_port", -1), rot.get("new_port", -1))
+        f.check(re.search(want, text, re.M) is not None,
+                "mrrotate: conn %s path %d %s->%s manual" %
+                (key, ROTATED_PATH, rot.get("old_port"), rot.get("new_port")))
+
+        # mrmsglat: write latencies, no fewer messages than the daemon had completed mid-run.
+        text = results["mrmsglat"][1]
+        lat = hist_counts(text, "latency_us").get(("write",), 0)
+        msgs = scalars(text, "messages")
+        f.check(lat > 0 and lat == sum(v for k, v in msgs.items() if k == ("write",)),
+                "mrmsglat: write latency histogram with %d messages" % lat)
+        f.check(0 < mid.get("messages_completed", 0) <= lat,
+                "mrmsglat: %d >= daemon's completed messages mid-run (%d)" %
+                (lat, mid.get("messages_completed", 0)))
+
+        # mrxskdrops: the overflow reported, within what the daemon's counters say.
+        text = results["mrxskdrops"][1]
+        reported = 0
+        for m in re.finditer(r"^\d\d:\d\d:\d\d +(\d+) +(\d+) +(\d+) +(\d+) +(\d+) +\d+$",
+                             text, re.M):
+            reported += int(m.group(3)) + int(m.group(4)) + int(m.group(5))
+        f.check(0 < reported <= total_drops,
+                "mrxskdrops: %d ring drops reported (daemon's counters: %d)" %
+                (reported, total_drops))
+    except Exception:  # noqa: BLE001 - report, then clean up
+        traceback.print_exc()
+        f.append("exception")
+    except KeyboardInterrupt:
+        f.append("interrupted")
+    finally:
+        for s in list(tracers):
+            p, out = tracers.pop(s)
+            p.kill()
+            p.wait()
+            out.close()
+        for p in perf:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for h, p in daemons.items():
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.terminate()
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        fabric("down", check=False)
+        for h in logs:
+            logs[h].close()
+        if not f:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print("outputs and logs kept in %s" % tmp)
+
+    print("FAILED: %s" % "; ".join(f) if f else "all trace checks passed")
+    return 1 if f else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
