@@ -35,6 +35,13 @@ struct {
   __type(value, struct mr_fault_counters);
 } mr_fault_counts SEC(".maps");
 
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u64);
+} mr_fault_first_drop SEC(".maps");
+
 struct vlan_hdr_ {
   __be16 tci;
   __be16 encapsulated_proto;
@@ -51,6 +58,15 @@ static __always_inline int count(enum mr_fault_counter which, int verdict) {
   __u64 *c = bpf_map_lookup_elem(&mr_fault_counts, &zero);
   if (c && which < MR_FAULT_COUNTER_COUNT) c[which] += 1;
   return verdict;
+}
+
+/* Counts a drop and, if it is the first since user space zeroed mr_fault_first_drop, records
+ * its instant there. */
+static __always_inline int drop(enum mr_fault_counter which) {
+  __u32 zero = 0;
+  __u64 *first = bpf_map_lookup_elem(&mr_fault_first_drop, &zero);
+  if (first && *first == 0) __sync_val_compare_and_swap(first, 0, bpf_ktime_get_ns());
+  return count(which, TC_ACT_SHOT);
 }
 
 /* True with probability ppm / 1e6. Scaling (not modulo) keeps the draw unbiased. */
@@ -120,8 +136,8 @@ int mr_fabric_fault(struct __sk_buff *skb) {
       return count(MR_FAULT_UNMATCHED, TC_ACT_OK);
   }
 
-  if (cfg->flags & MR_FAULT_BLACKHOLE) return count(MR_FAULT_DROP_BLACKHOLE, TC_ACT_SHOT);
-  if (roll(cfg->drop_ppm)) return count(MR_FAULT_DROP_RANDOM, TC_ACT_SHOT);
+  if (cfg->flags & MR_FAULT_BLACKHOLE) return drop(MR_FAULT_DROP_BLACKHOLE);
+  if (roll(cfg->drop_ppm)) return drop(MR_FAULT_DROP_RANDOM);
   if (!roll(cfg->ce_ppm)) return count(MR_FAULT_PASSED, TC_ACT_OK);
 
   /* l3 is a packet pointer on both paths; each branch re-proves its bounds for the verifier. */

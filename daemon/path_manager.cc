@@ -77,6 +77,7 @@ void PathManager::Record(const core::PathEvent& e) {
   const absl::Duration since_event =
       absl::Nanoseconds(engine::MonotonicNow().ns - e.at.ns);
   j["time_s"] = absl::ToDoubleSeconds(absl::Now() - since_event - started_);
+  j["monotonic_ns"] = e.at.ns;
   j["conn"] = e.conn_id;
   j["path_id"] = e.path_id;
   if (e.kind == core::PathEvent::Kind::kPortRotated) {

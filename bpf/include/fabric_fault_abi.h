@@ -20,6 +20,11 @@
  *                    no faults.
  *   mr_fault_counts  BPF_MAP_TYPE_PERCPU_ARRAY, one entry (key 0), value struct
  *                    mr_fault_counters per CPU; user space sums the CPUs.
+ *   mr_fault_first_drop
+ *                    BPF_MAP_TYPE_ARRAY, one entry (key 0), value __u64: bpf_ktime_get_ns()
+ *                    (CLOCK_MONOTONIC) of the first packet dropped (blackhole or random drop)
+ *                    since user space last wrote 0 there: the instant a fault took effect, in
+ *                    the clock the transport's own events use.
  *
  * Example, 1% loss on the link whose program holds map id 42 (values little-endian on x86):
  *   bpftool map update id 42 key 0 0 0 0 value hex 10 27 00 00  00 00 00 00  00 00 00 00  00 00 00 00
@@ -42,6 +47,7 @@
 #define MR_FAULT_PROG_NAME "mr_fabric_fault"
 #define MR_FAULT_CONFIG_MAP_NAME "mr_fault_config"
 #define MR_FAULT_COUNTERS_MAP_NAME "mr_fault_counts"
+#define MR_FAULT_FIRST_DROP_MAP_NAME "mr_fault_first_drop"
 #define MR_FAULT_PPM 1000000u /* probabilities are in parts per million */
 
 /* Bits of mr_fault_config.flags. */

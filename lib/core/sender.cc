@@ -370,6 +370,7 @@ void Sender::AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Pac
   // With several transmissions we cannot tell which copy arrived, so only the first counts.
   const uint64_t order = e.transmissions > 1 ? e.first_tx_order : e.last_tx_order;
   path.delivered_order = std::max(path.delivered_order, order);
+  if (e.transmissions == 1) t.newest_sent = std::max(t.newest_sent, e.sent_at);
   // Karn: an RTT sample only from a packet sent once, acknowledged by the ACK it triggered.
   if (e.transmissions == 1 && psn == ack.ack.ack_psn && !(ack.flags & wire::flags::kDelayedAck)) {
     t.rtt_sample = now - e.sent_at;
@@ -494,6 +495,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
                             : std::min(1.0, double(inflight_before) / path.congestion.cwnd());
     path.utilization = 0.9 * path.utilization + 0.1 * used;
     ArmPto(now, path);
+    CheckOvertaken(now, path, t.newest_sent);
     CheckDegraded(now, path);
   }
   if (cfg_.profile.recovery == RecoveryPolicy::kSelective) DetectLosses(now, path);
@@ -631,12 +633,32 @@ void Sender::OnTimer(Instant now) {
   Pump(now);
 }
 
+void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent) {
+  // [R5a] A packet sent on `acked` at newest_sent has arrived. A sibling path whose oldest
+  // outstanding packet was sent more than its own PTO (without the floor) plus the peer's ACK
+  // delay before that has lost it, or its route is slower than its estimate says: either way its
+  // probe timeout is due, after one more ACK delay (its ACK may be behind this one in the same
+  // batch). A stalled host delays every path alike, so this evidence needs no timer floor.
+  if (cfg_.profile.spray != SprayPolicy::kAllPaths) return;
+  for (SenderPath& other : paths_) {
+    if (&other == &acked || other.outstanding() == 0) continue;
+    if (other.state != PathState::kActive && other.state != PathState::kSuspect) continue;
+    if (newest_sent <= other.last_timeout_at) continue;  // not newer than its last expiry
+    const SentPacket& oldest_packet = other.at(other.snd_una);
+    if (oldest_packet.rnr_until != Instant{0}) continue;  // the responder asked it to wait
+    const Duration lag = other.rtt.ProbeTimeout(Duration(0)) + cfg_.delayed_ack;
+    if (newest_sent - oldest_packet.sent_at <= lag) continue;
+    other.pto_deadline = std::min(other.pto_deadline, now + cfg_.delayed_ack);
+  }
+}
+
 void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerPathTimeout);
   if (path.outstanding() == 0) {
     path.pto_deadline = kNever;
     return;
   }
+  path.last_timeout_at = now;
   if (cfg_.profile.recovery == RecoveryPolicy::kGoBackN) {
     path.gbn_resending = true;
     path.gbn_resend = path.snd_una;

@@ -84,6 +84,7 @@ struct SenderPath {
   // Tail loss / health [R5].
   Instant pto_deadline = kNever;
   uint32_t timeouts_without_progress = 0;
+  Instant last_timeout_at{INT64_MIN / 2};  // latest PTO expiry: evidence must be newer [R5a]
   // Rotation and probing [R7].
   Instant last_rotation{INT64_MIN / 2};
   Instant rotate_at = kNever;  // a rotation is pending (hold-down)
@@ -145,6 +146,7 @@ class Sender {
   struct AckTally {
     uint32_t bytes = 0, packets = 0;
     Duration rtt_sample{0};
+    Instant newest_sent{INT64_MIN / 2};  // latest send of a newly acknowledged, once-sent packet
   };
   void AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Packet& ack, AckTally& t);
   void MarkDataAcked(Instant now, PacketRef ref);
@@ -153,6 +155,7 @@ class Sender {
   void DetectLosses(Instant now, SenderPath& path);
   void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);
   void OnPathTimeout(Instant now, SenderPath& path);
+  void CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent);
   void FailPath(Instant now, SenderPath& path, PathEventReason reason);
   // Rotates now and returns true, or (within the hold-down, or without a token of the rate
   // limit) schedules it and returns false.

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -152,6 +153,41 @@ TEST_F(FabricFaultTest, BlackholeDropsMatchedPackets) {
   icmp.l4_proto = 1;
   Expect(BuildFrame(icmp), TC_ACT_SHOT, MR_FAULT_DROP_BLACKHOLE);
   Expect(ArpFrame(), TC_ACT_OK, MR_FAULT_UNMATCHED);
+}
+
+// The first drop after user space zeroes mr_fault_first_drop records its CLOCK_MONOTONIC instant
+// (the clock bpf_ktime_get_ns reads); later drops and passed packets leave it alone.
+TEST_F(FabricFaultTest, FirstDropRecordsItsInstantOnce) {
+  const int fd = bpf_map__fd(skel_->maps.mr_fault_first_drop);
+  auto first_drop = [&] {
+    uint32_t key = 0;
+    uint64_t ns = 0;
+    EXPECT_EQ(bpf_map_lookup_elem(fd, &key, &ns), 0);
+    return ns;
+  };
+  auto monotonic_ns = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+  };
+  Expect(Udp4(0), TC_ACT_OK, MR_FAULT_PASSED);
+  EXPECT_EQ(first_drop(), 0u);
+  Configure(0, 0, MR_FAULT_BLACKHOLE);
+  const uint64_t before = monotonic_ns();
+  Expect(Udp4(0), TC_ACT_SHOT, MR_FAULT_DROP_BLACKHOLE);
+  const uint64_t after = monotonic_ns();
+  const uint64_t first = first_drop();
+  EXPECT_GE(first, before);
+  EXPECT_LE(first, after);
+  Expect(Udp4(0), TC_ACT_SHOT, MR_FAULT_DROP_BLACKHOLE);
+  EXPECT_EQ(first_drop(), first);
+  // Zeroed by user space (as mrfabric does with each new configuration): the next drop counts.
+  uint32_t key = 0;
+  uint64_t zero = 0;
+  ASSERT_EQ(bpf_map_update_elem(fd, &key, &zero, BPF_ANY), 0);
+  Configure(MR_FAULT_PPM, 0, 0);
+  Expect(Udp4(0), TC_ACT_SHOT, MR_FAULT_DROP_RANDOM);
+  EXPECT_GT(first_drop(), first);
 }
 
 TEST_F(FabricFaultTest, UdpPortFilterLimitsFaults) {

@@ -472,6 +472,67 @@ TEST(Sender_Health, FailedPathReroutesRotatesProbesAndComesBack) {
                                     "path 0 WRITE psn 4 msg 1 off 1024 len 1024 ACK_REQ"));
 }
 
+// [R5a] Two paths, a probe-timeout floor of 10 ms (a software host's), path 1 black-holed from
+// t=0. Each round, path 0 carries a newer packet that is acknowledged while path 1's oldest
+// packet (sent at 0) is overdue by more than its PTO without the floor (30 us before a sample)
+// plus the ACK delay (4 us): its timeout is pulled forward to one ACK delay later, and the third
+// such timeout fails the path, long before the floor.
+TEST(Sender_Health, APathOvertakenBySiblingsTimesOutWithoutWaitingForTheFloor) {
+  ConnectionConfig c = RequesterConfig(2);
+  c.min_probe_timeout = std::chrono::milliseconds(10);
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 2 * kMtu);  // psn 0 on each path
+  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
+  EXPECT_EQ(r.conn.NextDeadline(), At(0 * kUs) + std::chrono::milliseconds(10));  // path 1's
+  r.sink.Clear();
+  // Round 1: path 0's packet sent at 40 us is 40 us newer than path 1's oldest: > 34 us.
+  r.PostWrite(At(40 * kUs), 2, kMtu);
+  r.PostWrite(At(41 * kUs), 3, kMtu);
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 1 msg 1 off 0 len 1024 ACK_REQ",
+                                   "path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ"));
+  r.Feed(At(50 * kUs), Requester::Ack(0, 2, 1));
+  EXPECT_EQ(r.conn.NextDeadline(), At(54 * kUs));
+  r.RunTimersUntil(At(54 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX"));
+  // Rounds 2 and 3 each need a sibling packet sent after the previous expiry.
+  r.Feed(At(60 * kUs), Requester::Ack(0, 2, 1));  // nothing newer: no evidence
+  EXPECT_GT(r.conn.NextDeadline(), At(1000 * kUs));
+  for (int round = 2; round <= 3; ++round) {  // path 1 is Suspect: new data goes to path 0
+    const Duration t0 = (40 * round) * kUs;
+    r.PostWrite(At(t0), 10 + round, kMtu);
+    EXPECT_THAT(r.Log(), ElementsAre(StartsWith("path 0 WRITE psn " + std::to_string(round))));
+    r.Feed(At(t0 + 10 * kUs), Requester::Ack(0, 1 + round, round));
+    EXPECT_EQ(r.conn.NextDeadline(), At(t0 + 14 * kUs)) << "round " << round;
+    r.RunTimersUntil(At(t0 + 14 * kUs));
+    if (round == 2) {  // the third expiry fails the path instead (§6.1 step 4)
+      EXPECT_THAT(r.Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX"));
+    }
+  }
+  EXPECT_THAT(r.Events(), ElementsAre("path 1 active->suspect timeout @54us",
+                                      "path 1 suspect->failed failed @134us",
+                                      "path 1 rotated failed @134us",
+                                      "path 1 failed->probing failed @134us"));
+}
+
+// [R5a] A stall (of either host, or of the ACKs) delays every path alike. Here every ACK arrives
+// in one batch 5 ms late, path 0's first: path 1's ACK, later in the batch, comes within the ACK
+// delay the rule waits for, so path 1 never times out.
+TEST(Sender_Health, AStallThatDelaysEveryPathTriggersNothing) {
+  ConnectionConfig c = RequesterConfig(2);
+  c.min_probe_timeout = std::chrono::milliseconds(10);
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 2 * kMtu);
+  r.PostWrite(At(40 * kUs), 2, 2 * kMtu);
+  r.sink.Clear();
+  r.Feed(At(5000 * kUs), Requester::Ack(0, 2, 1));
+  EXPECT_EQ(r.conn.NextDeadline(), At(5004 * kUs));
+  r.Feed(At(5001 * kUs), Requester::Ack(1, 2, 1));
+  r.RunTimersUntil(At(6000 * kUs));
+  EXPECT_THAT(r.Log(), IsEmpty());
+  EXPECT_THAT(r.Events(), IsEmpty());
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(1, 2));
+}
+
 // paths-and-recovery.md §6: on the expiry that reaches fail_after_timeouts the path fails; the
 // tail-loss probe is only for the "otherwise" case.
 TEST(Sender_Health, TheFailingExpirySendsNoTailProbeOnTheDeadPath) {
@@ -546,7 +607,9 @@ TEST(Sender_Rotation, RateLimitDefersRotationsBeyondTheBurstUntilATokenReturns) 
   rotated = r.conn.path_stats(2).rotations + r.conn.path_stats(3).rotations;
   EXPECT_EQ(rotated, 2u);
   for (const PathEvent& e : r.RawEvents()) {
-    if (e.kind == PathEvent::Kind::kPortRotated) EXPECT_EQ(e.reason, PathEventReason::kManual);
+    if (e.kind == PathEvent::Kind::kPortRotated) {
+      EXPECT_EQ(e.reason, PathEventReason::kManual);
+    }
   }
 }
 
