@@ -18,6 +18,7 @@ struct KeyFlag {
 constexpr KeyFlag kKeyFlags[] = {
     {"--interface", "interfaces"}, {"--local-ip", "local_ips"},   {"--socket", "socket"},
     {"--port-kind", "port_kind"},  {"--workers", "workers"},      {"--log-format", "log_format"},
+    {"--metrics-listen", "metrics_listen"},
 };
 
 const KeyFlag* FindKeyFlag(absl::string_view flag) {
@@ -44,6 +45,9 @@ control socket (mrctl). Runs in the foreground and logs to stderr (daemon/README
   --port-kind af_xdp|udp   AF_XDP (kernel bypass) or kernel UDP (config: port_kind)
   --workers N              engine worker threads, one AF_XDP queue each (config: workers)
   --log-format text|json   log lines on stderr (config: log_format)
+  --metrics-listen IP:PORT|off
+                           serve Prometheus metrics at http://IP:PORT/metrics (config:
+                           metrics_listen; default off)
   --version                print the version and exit
   --help                   print this and exit
 Flags override the config file, also across reloads (SIGHUP).

@@ -2,7 +2,7 @@
 //
 //   metaroced [--config PATH] [--check-config] [--interface IF[,IF...]] [--local-ip IP[,IP...]]
 //             [--socket PATH] [--port-kind af_xdp|udp] [--workers N] [--log-format text|json]
-//             [--version] [--help]
+//             [--metrics-listen IP:PORT|off] [--version] [--help]
 //
 // Flags that set a config key become ConfigOverrides, checked by LoadConfig with the same rules
 // as the file (so --check-config reports a bad flag value too) and re-applied on every reload,

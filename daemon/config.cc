@@ -222,6 +222,20 @@ const std::vector<KeySpec>& Keys() {
          return absl::OkStatus();
        },
        [](const Config& c) { return std::string(LogFormatName(c.daemon.log_format)); }},
+      {"daemon", "metrics_listen", false, true,
+       [](absl::string_view v, Config& c) -> absl::Status {
+         if (v.empty() || v == "off") {
+           c.daemon.metrics_listen.clear();
+           return absl::OkStatus();
+         }
+         absl::StatusOr<ListenAddress> a = ParseListenAddress(v);
+         if (!a.ok()) return a.status();
+         c.daemon.metrics_listen = std::string(v);
+         return absl::OkStatus();
+       },
+       [](const Config& c) {
+         return c.daemon.metrics_listen.empty() ? std::string("off") : c.daemon.metrics_listen;
+       }},
       {"limits", "max_connections", true, false,
        [](absl::string_view v, Config& c) {
          return SetUnsigned(v, 1, 1u << 20, c.limits.max_connections);
@@ -517,6 +531,50 @@ Config ApplyReloadable(const Config& running, const Config& next) {
   out.limits = next.limits;
   out.paths = next.paths;
   return out;
+}
+
+absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text, bool allow_port_zero) {
+  const std::string usage = absl::StrCat(
+      "'", text, "' is not IP:PORT (e.g. 127.0.0.1:9469 or [::1]:9469; off: no listener)");
+  ListenAddress a;
+  absl::string_view host, port;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == absl::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return Bad(usage);
+    }
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+    a.v6 = true;
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == absl::string_view::npos) return Bad(usage);
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != absl::string_view::npos) {
+      return Bad(absl::StrCat("'", text, "': write an IPv6 address in brackets, e.g. [::1]:9469"));
+    }
+  }
+  unsigned char buf[16];
+  a.ip = std::string(host);
+  if (inet_pton(a.v6 ? AF_INET6 : AF_INET, a.ip.c_str(), buf) != 1) {
+    return Bad(absl::StrCat("'", host, "' is not an IP", a.v6 ? "v6" : "v4",
+                            " address (a listener needs an address, not a name)"));
+  }
+  absl::StatusOr<uint64_t> p = ParseUnsigned(port, allow_port_zero ? 0 : 1, 65535);
+  if (!p.ok()) return Bad(absl::StrCat("port of '", text, "': ", p.status().message()));
+  a.port = static_cast<uint16_t>(*p);
+  return a;
+}
+
+bool IsLoopback(const ListenAddress& address) {
+  unsigned char buf[16] = {};
+  if (address.v6) {
+    static const unsigned char kLoopback6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return inet_pton(AF_INET6, address.ip.c_str(), buf) == 1 &&
+           std::memcmp(buf, kLoopback6, 16) == 0;
+  }
+  return inet_pton(AF_INET, address.ip.c_str(), buf) == 1 && buf[0] == 127;
 }
 
 std::vector<ConfigKeyInfo> ConfigKeys() {

@@ -2,7 +2,7 @@
 // line overrides, and what a reload (SIGHUP) changes.
 //
 //   [daemon]  interfaces, local_ips, port_kind, udp_port, control_port, control_bind, socket,
-//             socket_group, workers, cpus, log_format
+//             socket_group, workers, cpus, log_format, metrics_listen
 //   [limits]  max_connections, max_paths, max_memory
 //   [paths]   rotation_holddown_ms, degraded_hold_ms, rotations_per_second, rotation_burst
 //
@@ -25,8 +25,10 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace metaroce::daemon {
 
@@ -50,6 +52,9 @@ struct DaemonSettings {
   int workers = 1;
   std::vector<int> cpus;                // worker i on cpus[i % size]; empty: not pinned
   LogFormat log_format = LogFormat::kText;
+  // Prometheus metrics over HTTP (daemon/metrics_server.h): "IP:PORT" or "[IPv6]:PORT"; empty:
+  // off (the default; `off` in the file means the same).
+  std::string metrics_listen;
 };
 
 // [limits]: reloadable.
@@ -110,6 +115,18 @@ struct ConfigChange {
 std::vector<ConfigChange> DiffConfig(const Config& running, const Config& next);
 // `running` with the reloadable keys of `next` (and next's path).
 Config ApplyReloadable(const Config& running, const Config& next);
+
+// A listening address "IP:PORT" or "[IPv6]:PORT": the IP literal (no brackets) and the port.
+// InvalidArgument naming what is wrong; the port must be in 1..65535 unless `allow_port_zero`.
+struct ListenAddress {
+  std::string ip;
+  uint16_t port = 0;
+  bool v6 = false;
+};
+absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text,
+                                                 bool allow_port_zero = false);
+// True for 127.0.0.0/8 and ::1.
+bool IsLoopback(const ListenAddress& address);
 
 // Every key with its section, default value, and whether a reload applies it (documentation and
 // tests).

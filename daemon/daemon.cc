@@ -59,6 +59,13 @@ Json Versions() {
   return v;
 }
 
+// Bytes the daemon's heap holds now (malloc's own count): what a leak check compares, where
+// the resident size also moves with the allocator's caching.
+uint64_t HeapInUseBytes() {
+  const struct mallinfo2 heap = mallinfo2();
+  return static_cast<uint64_t>(heap.uordblks + heap.hblkhd);
+}
+
 absl::string_view XdpModeOf(uint8_t attach_mode) {
   switch (attach_mode) {
     case XDP_ATTACHED_DRV: return "native";
@@ -197,6 +204,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const ConfigSource& source
   std::unique_ptr<Daemon> d(new Daemon(source, std::move(config), log, notifier));
   if (absl::Status s = d->StartParts(); !s.ok()) {
     d->stopped_ = true;  // undo quietly: nothing was announced
+    d->metrics_.reset();
     d->server_.reset();
     d->paths_.reset();
     d->apps_.reset();
@@ -256,6 +264,14 @@ absl::Status Daemon::StartParts() {
   RegisterHandlers();
   apps_->Serve(*server_);
   if (absl::Status s = server_->Start(); !s.ok()) return s;
+  if (!c.daemon.metrics_listen.empty()) {
+    MetricsServerOptions mo;
+    mo.listen = c.daemon.metrics_listen;
+    mo.render = [this] { return RenderMetrics(CollectMetrics()); };
+    absl::StatusOr<std::unique_ptr<MetricsServer>> m = MetricsServer::Start(std::move(mo));
+    if (!m.ok()) return m.status();
+    metrics_ = *std::move(m);
+  }
 
   std::vector<std::string> planes;
   for (size_t p = 0; p < c.daemon.interfaces.size(); ++p) {
@@ -276,6 +292,15 @@ absl::Status Daemon::StartParts() {
       std::string(*versions.Find("kernel")->AsString()), ", libbpf ", std::string(*versions.Find("libbpf")->AsString()),
       ", libxdp ", std::string(*versions.Find("libxdp")->AsString()), ", liburing ",
       std::string(*versions.Find("liburing")->AsString())));
+  if (metrics_ != nullptr) {
+    absl::StatusOr<ListenAddress> a = ParseListenAddress(c.daemon.metrics_listen);
+    log_.Info(absl::StrCat("metrics at http://", metrics_->address(), "/metrics"));
+    if (a.ok() && !IsLoopback(*a)) {
+      log_.Warning(absl::StrCat("metrics_listen ", c.daemon.metrics_listen,
+                                " is not a loopback address: whoever reaches it reads every "
+                                "connection's peer and counters (no authentication)"));
+    }
+  }
   if (absl::Status s = notifier_.Ready(StatusLine()); !s.ok()) {
     log_.Warning(absl::StrCat("cannot notify systemd: ", s.message()));
   }
@@ -377,6 +402,7 @@ void Daemon::Stop() {
   if (stopped_) return;
   stopped_ = true;
   notifier_.Stopping().IgnoreError();
+  metrics_.reset();  // its renders read everything below
   if (server_) server_->Stop();  // the socket file goes first: no new requests
   if (apps_) apps_->CloseAll();  // Stop() closed every session already; nothing is left
   if (connections_) connections_->Stop();
@@ -411,10 +437,7 @@ absl::StatusOr<Json> Daemon::ShowDaemon(const Json& params) {
   j["protocol"] = control::kProtocolVersion;
   j["pid"] = static_cast<int64_t>(getpid());
   j["uptime_s"] = absl::ToDoubleSeconds(absl::Now() - started_);
-  // Bytes the daemon's heap holds now (malloc's own count): what a leak check compares, where
-  // the resident size also moves with the allocator's caching.
-  const struct mallinfo2 heap = mallinfo2();
-  j["heap_in_use_bytes"] = static_cast<uint64_t>(heap.uordblks + heap.hblkhd);
+  j["heap_in_use_bytes"] = HeapInUseBytes();
   j["config_path"] = c.path;
   j["port_kind"] = std::string(PortKindSettingName(c.daemon.port_kind));
   j["udp_port"] = c.daemon.udp_port;
@@ -433,6 +456,83 @@ absl::StatusOr<Json> Daemon::ShowDaemon(const Json& params) {
   j["connections"] = connections_->size();
   j["applications"] = apps_->Summary();
   return j;
+}
+
+MetricsSnapshot Daemon::CollectMetrics() {
+  const Config c = config();
+  MetricsSnapshot m;
+  const Json versions = Versions();
+  auto version = [&](std::string_view key) {
+    const Json* v = versions.Find(key);
+    std::optional<std::string_view> s = v != nullptr ? v->AsString() : std::nullopt;
+    return s ? std::string(*s) : std::string();
+  };
+  m.build = {METAROCE_VERSION, version("kernel"), version("libbpf"), version("libxdp"),
+             version("liburing")};
+  m.port_kind = std::string(PortKindSettingName(c.daemon.port_kind));
+  m.first_queue = context_->options().first_queue;
+  m.start_time_seconds = absl::ToDoubleSeconds(started_ - absl::UnixEpoch());
+  m.uptime_seconds = absl::ToDoubleSeconds(absl::Now() - started_);
+  m.heap_in_use_bytes = HeapInUseBytes();
+  m.app_sessions = apps_->sessions();
+  m.app_memory_bytes = apps_->memory_bytes();
+
+  // Links: link.show's XDP attachment, stat.show's XDP program counters.
+  const auto steering = context_->datapath()->SteeringCounters();
+  for (size_t p = 0; p < c.daemon.interfaces.size(); ++p) {
+    LinkMetrics l;
+    l.interface = c.daemon.interfaces[p];
+    l.plane = static_cast<int>(p);
+    l.address = context_->datapath()->planes()[p].local_ip.ToString();
+    absl::StatusOr<io::InterfaceInfo> info = io::ReadInterfaceInfo(l.interface);
+    const Json xdp = XdpOf(info.ok() ? static_cast<int>(info->index) : 0);
+    l.xdp_prog_id = static_cast<uint32_t>(xdp.Find("prog_id")->AsUint().value_or(0));
+    l.xdp_mode = std::string(xdp.Find("mode")->AsString().value_or("none"));
+    for (const auto& [name, counters] : steering) {
+      if (name != l.interface) continue;
+      Json named = Json::MakeObject();
+      AddXdpCounters(counters, named);
+      for (const auto& [key, value] : named.object()) {
+        l.xdp_packets.emplace_back(key.substr(key.find('_') + 1), value.AsUint().value_or(0));
+      }
+    }
+    m.links.push_back(std::move(l));
+  }
+  m.workers = context_->Stats();
+
+  // The daemon's connections: ids and descriptions under the table's lock, snapshots outside it
+  // (each is a round trip to the owner worker; a connection deleted meanwhile is left out).
+  std::vector<ConnectionMetrics> own;
+  connections_->ForEach([&](ManagedConnection& mc) {
+    ConnectionMetrics cm;
+    cm.id = mc.id;
+    cm.peer = mc.peer;
+    cm.profile = mc.profile;
+    own.push_back(std::move(cm));
+  });
+  for (ConnectionMetrics& cm : own) {
+    absl::StatusOr<api::ConnectionStats> st = context_->engine().Snapshot(cm.id);
+    if (!st.ok()) continue;
+    cm.stats = *std::move(st);
+    m.connections.push_back(std::move(cm));
+  }
+  // Applications' connections: described as conn.show describes them, snapshot as path.show.
+  for (const Json& d : apps_->Describe(std::nullopt, "")) {
+    ConnectionMetrics cm;
+    cm.application = true;
+    cm.id = static_cast<uint32_t>(d.Find("id")->AsUint().value_or(0));
+    cm.peer = std::string(d.Find("peer")->AsString().value_or(""));
+    cm.profile = std::string(d.Find("profile")->AsString().value_or(""));
+    if (const Json* owner = d.Find("owner"); owner != nullptr && owner->is_object()) {
+      if (const Json* n = owner->Find("name")) cm.application_name = std::string(n->AsString().value_or(""));
+      if (const Json* p = owner->Find("pid")) cm.application_pid = p->AsInt().value_or(0);
+    }
+    absl::StatusOr<api::ConnectionStats> st = apps_->Snapshot(cm.id);
+    if (!st.ok()) continue;
+    cm.stats = *std::move(st);
+    m.connections.push_back(std::move(cm));
+  }
+  return m;
 }
 
 absl::StatusOr<Json> Daemon::ShowConnections(const Json& params) {

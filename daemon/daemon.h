@@ -11,13 +11,17 @@
 //   path.show path.rotate path.events          PathManager (every connection's paths)
 //   app.attach mem.* mr.* cq.* qp.*            AppSessions (attached applications)
 //
+// and, when metrics_listen is set, Prometheus metrics over HTTP (MetricsServer, on a thread of
+// its own; CollectMetrics gathers the state the methods above show, RenderMetrics formats it).
+//
 // The operator sees and manages every connection on the host: conn.show, conn.del, path.*,
 // and stat.show's connection counters cover the applications' connections as the daemon's own
 // (conn.del of an application's connection aborts it and leaves it to the application to
 // destroy: AppSessions::DeleteByOperator).
 //
 // Start-up (Daemon::Start): preflight checks (daemon/preflight.h), the Context, the connection
-// manager (listening for peer daemons), the path manager, the control socket, then READY=1 to
+// manager (listening for peer daemons), the path manager, the control socket, the metrics
+// listener (when configured; its address needs a restart to change), then READY=1 to
 // systemd. Any failure undoes what was made (no XDP program, socket file or thread is left)
 // and returns one line naming the fix.
 //
@@ -29,12 +33,12 @@
 // refused whole (the running config stays); limits, paths and log_format take effect; changes
 // to other keys are reported as needing a restart and ignored. Connections are kept.
 //
-// Stop (Stop, or the destructor): STOPPING=1, the control socket closes (file unlinked),
-// connections are torn down (goodbye to each peer, outstanding work flushed), then the
-// Context goes (XDP programs detached, AF_XDP sockets closed).
+// Stop (Stop, or the destructor): STOPPING=1, the metrics listener closes, the control socket
+// closes (file unlinked), connections are torn down (goodbye to each peer, outstanding work
+// flushed), then the Context goes (XDP programs detached, AF_XDP sockets closed).
 //
 // Threading: Start, Run, Reload and Stop from the main thread; handlers run on the control
-// server's thread.
+// server's thread, CollectMetrics on the metrics server's.
 #pragma once
 
 #include <memory>
@@ -49,6 +53,8 @@
 #include "daemon/connection_manager.h"
 #include "daemon/control_server.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
+#include "daemon/metrics_server.h"
 #include "daemon/path_manager.h"
 #include "daemon/sd_notify.h"
 #include "lib/api/context.h"
@@ -93,6 +99,9 @@ class Daemon {
   // conn.del: a daemon connection is torn down on both daemons; an application's is aborted
   // and marked deleted by the operator (AppSessions::DeleteByOperator).
   absl::StatusOr<control::Json> DeleteConnection(const control::Json& params);
+  // The state the metrics show (daemon/metrics.h), gathered as the handlers above gather it.
+  // Safe from any thread while the daemon runs.
+  MetricsSnapshot CollectMetrics();
 
  private:
   Daemon(const ConfigSource& source, Config config, Logger& log, SdNotifier& notifier);
@@ -119,6 +128,7 @@ class Daemon {
   std::unique_ptr<AppSessions> apps_;
   std::unique_ptr<PathManager> paths_;  // uses connections_ and apps_
   std::unique_ptr<ControlServer> server_;
+  std::unique_ptr<MetricsServer> metrics_;  // null when metrics_listen is off
 };
 
 }  // namespace metaroce::daemon

@@ -35,10 +35,11 @@ TEST(CommandLine, ConfigFlagMakesTheFileRequired) {
 TEST(CommandLine, KeyFlagsBecomeOverridesInOrder) {
   absl::StatusOr<CommandLine> cl =
       Parse({"--interface", "pl0,pl1", "--local-ip=198.18.0.1,198.18.1.1", "--socket", "/tmp/s",
-             "--port-kind", "udp", "--workers=1", "--log-format", "json"});
+             "--port-kind", "udp", "--workers=1", "--log-format", "json", "--metrics-listen",
+             "127.0.0.1:9469"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   const auto& o = cl->config.overrides;
-  ASSERT_EQ(o.size(), 6u);
+  ASSERT_EQ(o.size(), 7u);
   EXPECT_EQ(o[0].flag, "--interface");
   EXPECT_EQ(o[0].key, "interfaces");
   EXPECT_EQ(o[0].value, "pl0,pl1");
@@ -49,6 +50,10 @@ TEST(CommandLine, KeyFlagsBecomeOverridesInOrder) {
   EXPECT_EQ(o[4].key, "workers");
   EXPECT_EQ(o[4].value, "1");
   EXPECT_EQ(o[5].key, "log_format");
+  EXPECT_EQ(o[6].flag, "--metrics-listen");
+  EXPECT_EQ(o[6].key, "metrics_listen");
+  EXPECT_EQ(o[6].value, "127.0.0.1:9469");
+  EXPECT_THAT(Usage(), HasSubstr("--metrics-listen"));
 }
 
 TEST(CommandLine, HelpAndVersion) {

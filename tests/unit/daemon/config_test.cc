@@ -47,6 +47,8 @@ TEST(Config, Defaults) {
   EXPECT_EQ(k.daemon.workers, 1);
   EXPECT_THAT(k.daemon.cpus, IsEmpty());
   EXPECT_EQ(k.daemon.log_format, LogFormat::kText);
+  EXPECT_EQ(k.daemon.metrics_listen, "");  // off
+  EXPECT_EQ(FormatConfigValue(k, "metrics_listen"), "off");
   EXPECT_EQ(k.limits.max_connections, 4096u);
   EXPECT_EQ(k.limits.max_paths, 256);
   EXPECT_EQ(k.limits.max_memory_bytes, uint64_t{1} << 30);
@@ -72,6 +74,7 @@ socket_group = root
 workers = 2
 cpus = 0,2-3
 log_format = json
+metrics_listen = 127.0.0.1:9469
 
 [limits]
 max_connections = 10
@@ -96,6 +99,7 @@ rotation_burst = 3
   EXPECT_EQ(k.daemon.workers, 2);
   EXPECT_THAT(k.daemon.cpus, ElementsAre(0, 2, 3));
   EXPECT_EQ(k.daemon.log_format, LogFormat::kJson);
+  EXPECT_EQ(k.daemon.metrics_listen, "127.0.0.1:9469");
   EXPECT_EQ(k.limits.max_connections, 10u);
   EXPECT_EQ(k.limits.max_paths, 16);
   EXPECT_EQ(k.limits.max_memory_bytes, uint64_t{64} << 20);
@@ -192,6 +196,23 @@ TEST(Config, BadValues) {
       {"cpus = 3-1", "cpus: range '3-1' runs backwards"},
       {"cpus = a", "cpus: 'a' is not an integer in 0..4095"},
       {"log_format = xml", "log_format: 'xml' is not one of text, json"},
+      {"metrics_listen = 9469",
+       "metrics_listen: '9469' is not IP:PORT (e.g. 127.0.0.1:9469 or [::1]:9469; off: no "
+       "listener)"},
+      {"metrics_listen = localhost:9469",
+       "metrics_listen: 'localhost' is not an IPv4 address (a listener needs an address, not a "
+       "name)"},
+      {"metrics_listen = 127.0.0.1:0", "metrics_listen: port of '127.0.0.1:0': 0 is not in 1..65535"},
+      {"metrics_listen = 127.0.0.1:", "metrics_listen: port of '127.0.0.1:': '' is not an integer "
+                                      "in 1..65535"},
+      {"metrics_listen = ::1:9469",
+       "metrics_listen: '::1:9469': write an IPv6 address in brackets, e.g. [::1]:9469"},
+      {"metrics_listen = [::1]9469",
+       "metrics_listen: '[::1]9469' is not IP:PORT (e.g. 127.0.0.1:9469 or [::1]:9469; off: no "
+       "listener)"},
+      {"metrics_listen = [127.0.0.1]:9469",
+       "metrics_listen: '127.0.0.1' is not an IPv6 address (a listener needs an address, not a "
+       "name)"},
   };
   for (const Case& k : cases) {
     LoadedConfig c = Parse("[daemon]\ninterfaces = pl0\n" + k.line + "\n");
@@ -229,6 +250,52 @@ TEST(Config, BadValues) {
     LoadedConfig c = Parse(WithInterfaces("[paths]\n" + k.line + "\n"));
     EXPECT_EQ(OnlyError(c), "metaroced.conf:4: " + k.error) << k.line;
   }
+}
+
+TEST(Config, MetricsListen) {
+  for (const std::string v : {"off", "", "\"off\""}) {
+    LoadedConfig c = Parse(WithInterfaces("metrics_listen = " + v + "\n"));
+    ASSERT_TRUE(c.ok()) << v << ": " << ::testing::PrintToString(c.errors);
+    EXPECT_EQ(c.config.daemon.metrics_listen, "") << v;
+  }
+  LoadedConfig v6 = Parse(WithInterfaces("metrics_listen = [::1]:9469\n"));
+  ASSERT_TRUE(v6.ok()) << ::testing::PrintToString(v6.errors);
+  EXPECT_EQ(v6.config.daemon.metrics_listen, "[::1]:9469");
+  // The flag overrides the file, `off` included.
+  LoadedConfig flag = Parse(WithInterfaces("metrics_listen = 127.0.0.1:9469\n"),
+                            {{"--metrics-listen", "metrics_listen", "off"}});
+  ASSERT_TRUE(flag.ok());
+  EXPECT_EQ(flag.config.daemon.metrics_listen, "");
+  // A restart is needed to move the listener.
+  Config a = Parse(WithInterfaces()).config;
+  Config b = Parse(WithInterfaces("metrics_listen = 127.0.0.1:9469\n")).config;
+  std::vector<ConfigChange> changes = DiffConfig(a, b);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].key, "metrics_listen");
+  EXPECT_EQ(changes[0].from, "off");
+  EXPECT_EQ(changes[0].to, "127.0.0.1:9469");
+  EXPECT_FALSE(changes[0].reloadable);
+}
+
+TEST(Config, ListenAddresses) {
+  absl::StatusOr<ListenAddress> a = ParseListenAddress("127.0.0.1:9469");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->ip, "127.0.0.1");
+  EXPECT_EQ(a->port, 9469);
+  EXPECT_FALSE(a->v6);
+  EXPECT_TRUE(IsLoopback(*a));
+  a = ParseListenAddress("[fd00::1]:80");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->ip, "fd00::1");
+  EXPECT_TRUE(a->v6);
+  EXPECT_FALSE(IsLoopback(*a));
+  EXPECT_TRUE(IsLoopback(*ParseListenAddress("[::1]:1")));
+  EXPECT_TRUE(IsLoopback(*ParseListenAddress("127.8.9.10:1")));
+  EXPECT_FALSE(IsLoopback(*ParseListenAddress("0.0.0.0:1")));
+  EXPECT_FALSE(ParseListenAddress("127.0.0.1:0").ok());
+  EXPECT_EQ(ParseListenAddress("127.0.0.1:0", /*allow_port_zero=*/true)->port, 0);
+  EXPECT_FALSE(ParseListenAddress("[::1]").ok());
+  EXPECT_FALSE(ParseListenAddress("").ok());
 }
 
 TEST(Config, EveryErrorIsReportedNotOnlyTheFirst) {
@@ -396,6 +463,7 @@ socket_group = root
 workers = 1
 cpus = 1
 log_format = json
+metrics_listen = 127.0.0.1:9469
 [limits]
 max_connections = 1
 max_paths = 1
