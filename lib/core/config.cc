@@ -43,6 +43,7 @@ absl::Status ConnectionConfig::Validate() const {
     return bad("max_transmissions must be 1..255");
   }
   if (fail_after_timeouts == 0) return bad("fail_after_timeouts must be at least 1");
+  if (fail_after_overtaken == 0) return bad("fail_after_overtaken must be at least 1");
   if (max_send_queue == 0 || max_recv_queue == 0) return bad("queue depths must be positive");
   if (min_probe_timeout <= Duration(0) || initial_rtt <= Duration(0)) {
     return bad("min_probe_timeout and initial_rtt must be positive");

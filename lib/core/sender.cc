@@ -352,8 +352,29 @@ void Sender::ArmPto(Instant now, SenderPath& path) {
     path.pto_deadline = kNever;
     return;
   }
+  if (path.overtaken) {  // [R5a] the tail-loss probe is due like any packet on this path
+    path.pto_deadline = now + OvertakenTimeout(path, nullptr);
+    return;
+  }
   const uint32_t backoff = std::min<uint32_t>(path.timeouts_without_progress, 6);
   path.pto_deadline = now + path.rtt.ProbeTimeout(cfg_.min_probe_timeout) * (1u << backoff);
+}
+
+uint32_t Sender::FailAfter(const SenderPath& path) const {
+  return path.overtaken ? std::min(cfg_.fail_after_overtaken, cfg_.fail_after_timeouts)
+                        : cfg_.fail_after_timeouts;
+}
+
+Duration Sender::OvertakenTimeout(const SenderPath& path, const SenderPath* than) const {
+  // RACK's rule (RFC 8985 §6.2) across paths: a packet is overdue once it is later than
+  // expected by a quarter of the path's minimum RTT (its smoothed RTT before a sample), its
+  // expected delay exceeding that of a packet on `than` by the difference of their smoothed
+  // RTTs; plus the peer's ACK delay.
+  const Duration slower =
+      than == nullptr ? path.rtt.srtt() : std::max(Duration(0), path.rtt.srtt() - than->rtt.srtt());
+  const Duration reorder =
+      path.rtt.min_rtt() > Duration(0) ? path.rtt.min_rtt() / 4 : path.rtt.srtt();
+  return slower + reorder + cfg_.delayed_ack;
 }
 
 void Sender::AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Packet& ack,
@@ -480,6 +501,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   if (t.packets > 0) {
     last_progress_ = now;
     path.timeouts_without_progress = 0;
+    path.overtaken = false;
     if (path.state == PathState::kSuspect) {
       SetState(now, path, PathState::kActive, PathEventReason::kProgress);
     }
@@ -635,10 +657,11 @@ void Sender::OnTimer(Instant now) {
 
 void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent) {
   // [R5a] A packet sent on `acked` at newest_sent has arrived. A sibling path whose oldest
-  // outstanding packet was sent more than its own PTO (without the floor) plus the peer's ACK
-  // delay before that has lost it, or its route is slower than its estimate says: either way its
-  // probe timeout is due, after one more ACK delay (its ACK may be behind this one in the same
-  // batch). A stalled host delays every path alike, so this evidence needs no timer floor.
+  // outstanding packet was sent earlier than that by more than the two paths' difference in
+  // delay allows (OvertakenTimeout) has lost it, or its route is slower than its estimate says:
+  // either way its probe timeout is due, after one more ACK delay (its ACK may be behind this
+  // one in the same batch), and until it makes progress its timer runs at its expected delay
+  // (ArmPto). A stalled host delays every path alike, so this evidence needs no timer floor.
   if (cfg_.profile.spray != SprayPolicy::kAllPaths) return;
   for (SenderPath& other : paths_) {
     if (&other == &acked || other.outstanding() == 0) continue;
@@ -646,8 +669,8 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
     if (newest_sent <= other.last_timeout_at) continue;  // not newer than its last expiry
     const SentPacket& oldest_packet = other.at(other.snd_una);
     if (oldest_packet.rnr_until != Instant{0}) continue;  // the responder asked it to wait
-    const Duration lag = other.rtt.ProbeTimeout(Duration(0)) + cfg_.delayed_ack;
-    if (newest_sent - oldest_packet.sent_at <= lag) continue;
+    if (newest_sent - oldest_packet.sent_at <= OvertakenTimeout(other, &acked)) continue;
+    other.overtaken = true;
     other.pto_deadline = std::min(other.pto_deadline, now + cfg_.delayed_ack);
   }
 }
@@ -656,6 +679,18 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerPathTimeout);
   if (path.outstanding() == 0) {
     path.pto_deadline = kNever;
+    return;
+  }
+  // [R5a] An overtaken path's timer runs at its expected delay, which a stall of the peer or of
+  // the network as a whole would also exceed: it counts only if some path made progress since
+  // the previous expiry, or no other path has anything outstanding (nothing to compare with:
+  // the sender waits on this path alone). Otherwise back to the ordinary timer.
+  if (path.overtaken && last_progress_ <= path.last_timeout_at &&
+      std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
+        return &p != &path && p.outstanding() > 0 && p.state != PathState::kFailed;
+      })) {
+    path.overtaken = false;
+    ArmPto(now, path);
     return;
   }
   path.last_timeout_at = now;
@@ -678,9 +713,9 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
       ArmPto(now, path);
       return;
     }
-    // The expiry that reaches fail_after_timeouts fails the path: no tail probe into it.
+    // The expiry that reaches the failure count fails the path: no tail probe into it.
     if (cfg_.profile.spray == SprayPolicy::kAllPaths &&
-        path.timeouts_without_progress + 1 >= cfg_.fail_after_timeouts) {
+        path.timeouts_without_progress + 1 >= FailAfter(path)) {
       ++path.stats.timeouts;
       if (path.state == PathState::kActive) {
         SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
@@ -697,7 +732,7 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
     SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
   }
   const bool can_fail_over = cfg_.profile.spray == SprayPolicy::kAllPaths;
-  if (can_fail_over && path.timeouts_without_progress >= cfg_.fail_after_timeouts) {
+  if (can_fail_over && path.timeouts_without_progress >= FailAfter(path)) {
     FailPath(now, path, PathEventReason::kFailed);
     return;
   }
@@ -722,6 +757,7 @@ void Sender::FailPath(Instant now, SenderPath& path, PathEventReason reason) {
   path.snd_una = path.next_psn;
   path.pto_deadline = kNever;
   path.timeouts_without_progress = 0;
+  path.overtaken = false;
   Rotate(now, path, reason);
 }
 

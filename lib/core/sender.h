@@ -85,6 +85,7 @@ struct SenderPath {
   Instant pto_deadline = kNever;
   uint32_t timeouts_without_progress = 0;
   Instant last_timeout_at{INT64_MIN / 2};  // latest PTO expiry: evidence must be newer [R5a]
+  bool overtaken = false;  // [R5a] siblings delivered later packets; no progress here since
   // Rotation and probing [R7].
   Instant last_rotation{INT64_MIN / 2};
   Instant rotate_at = kNever;  // a rotation is pending (hold-down)
@@ -156,6 +157,8 @@ class Sender {
   void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);
   void OnPathTimeout(Instant now, SenderPath& path);
   void CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent);
+  Duration OvertakenTimeout(const SenderPath& path, const SenderPath* than) const;
+  uint32_t FailAfter(const SenderPath& path) const;  // expiries without progress before failing
   void FailPath(Instant now, SenderPath& path, PathEventReason reason);
   // Rotates now and returns true, or (within the hold-down, or without a token of the rate
   // limit) schedules it and returns false.

@@ -187,6 +187,8 @@ TEST(ConnectionConfig_Validate, MaxTransmissionsMustBe1To255) {
 TEST(ConnectionConfig_Validate, FailAfterTimeoutsMustBePositive) {
   EXPECT_THAT(Refusal(With([](ConnectionConfig& c) { c.fail_after_timeouts = 0; })),
               HasSubstr("fail_after_timeouts"));
+  EXPECT_THAT(Refusal(With([](ConnectionConfig& c) { c.fail_after_overtaken = 0; })),
+              HasSubstr("fail_after_overtaken"));
 }
 
 TEST(ConnectionConfig_Validate, QueueDepthsMustBePositive) {

@@ -473,45 +473,74 @@ TEST(Sender_Health, FailedPathReroutesRotatesProbesAndComesBack) {
 }
 
 // [R5a] Two paths, a probe-timeout floor of 10 ms (a software host's), path 1 black-holed from
-// t=0. Each round, path 0 carries a newer packet that is acknowledged while path 1's oldest
-// packet (sent at 0) is overdue by more than its PTO without the floor (30 us before a sample)
-// plus the ACK delay (4 us): its timeout is pulled forward to one ACK delay later, and the third
-// such timeout fails the path, long before the floor.
-TEST(Sender_Health, APathOvertakenBySiblingsTimesOutWithoutWaitingForTheFloor) {
+// t=0. Path 0's packet sent at 40 us is acknowledged while path 1's oldest packet (sent at 0) is
+// overdue by more than the paths' difference in delay allows (0) plus the reorder allowance (its
+// srtt before a sample, 10 us) and the ACK delay (4 us): its timeout is pulled forward to one
+// ACK delay later. From then on, while path 0 waits for nothing, path 1's timer runs at its
+// expected delay (10 + 10 + 4 us), and the expiry that reaches fail_after_overtaken fails the
+// path, long before the floor.
+std::unique_ptr<Requester> PathOneOvertaken(uint32_t fail_after_overtaken = 3) {
   ConnectionConfig c = RequesterConfig(2);
   c.min_probe_timeout = std::chrono::milliseconds(10);
-  Requester r(c);
-  r.PostWrite(At(0 * kUs), 1, 2 * kMtu);  // psn 0 on each path
-  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
-  EXPECT_EQ(r.conn.NextDeadline(), At(0 * kUs) + std::chrono::milliseconds(10));  // path 1's
-  r.sink.Clear();
-  // Round 1: path 0's packet sent at 40 us is 40 us newer than path 1's oldest: > 34 us.
-  r.PostWrite(At(40 * kUs), 2, kMtu);
-  r.PostWrite(At(41 * kUs), 3, kMtu);
-  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 1 msg 1 off 0 len 1024 ACK_REQ",
-                                   "path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ"));
-  r.Feed(At(50 * kUs), Requester::Ack(0, 2, 1));
-  EXPECT_EQ(r.conn.NextDeadline(), At(54 * kUs));
-  r.RunTimersUntil(At(54 * kUs));
-  EXPECT_THAT(r.Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX"));
-  // Rounds 2 and 3 each need a sibling packet sent after the previous expiry.
-  r.Feed(At(60 * kUs), Requester::Ack(0, 2, 1));  // nothing newer: no evidence
-  EXPECT_GT(r.conn.NextDeadline(), At(1000 * kUs));
-  for (int round = 2; round <= 3; ++round) {  // path 1 is Suspect: new data goes to path 0
-    const Duration t0 = (40 * round) * kUs;
-    r.PostWrite(At(t0), 10 + round, kMtu);
-    EXPECT_THAT(r.Log(), ElementsAre(StartsWith("path 0 WRITE psn " + std::to_string(round))));
-    r.Feed(At(t0 + 10 * kUs), Requester::Ack(0, 1 + round, round));
-    EXPECT_EQ(r.conn.NextDeadline(), At(t0 + 14 * kUs)) << "round " << round;
-    r.RunTimersUntil(At(t0 + 14 * kUs));
-    if (round == 2) {  // the third expiry fails the path instead (§6.1 step 4)
-      EXPECT_THAT(r.Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX"));
-    }
-  }
-  EXPECT_THAT(r.Events(), ElementsAre("path 1 active->suspect timeout @54us",
-                                      "path 1 suspect->failed failed @134us",
-                                      "path 1 rotated failed @134us",
-                                      "path 1 failed->probing failed @134us"));
+  c.fail_after_overtaken = fail_after_overtaken;
+  auto r = std::make_unique<Requester>(c);
+  r->PostWrite(At(0 * kUs), 1, 2 * kMtu);  // psn 0 on each path
+  r->Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
+  EXPECT_EQ(r->conn.NextDeadline(), At(0 * kUs) + std::chrono::milliseconds(10));  // path 1's
+  r->sink.Clear();
+  r->PostWrite(At(40 * kUs), 2, kMtu);
+  r->PostWrite(At(41 * kUs), 3, kMtu);
+  EXPECT_THAT(r->Log(), ElementsAre("path 0 WRITE psn 1 msg 1 off 0 len 1024 ACK_REQ",
+                                    "path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ"));
+  r->Feed(At(50 * kUs), Requester::Ack(0, 2, 1));
+  EXPECT_EQ(r->conn.NextDeadline(), At(54 * kUs));
+  r->RunTimersUntil(At(54 * kUs));
+  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r->conn.path_stats(1).state, PathState::kSuspect);
+  return r;
+}
+
+TEST(Sender_Health, APathOvertakenBySiblingsTimesOutWithoutWaitingForTheFloor) {
+  std::unique_ptr<Requester> r = PathOneOvertaken(/*fail_after_overtaken=*/3);
+  EXPECT_EQ(r->conn.NextDeadline(), At(78 * kUs));
+  r->RunTimersUntil(At(78 * kUs));
+  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r->conn.NextDeadline(), At(102 * kUs));
+  r->RunTimersUntil(At(102 * kUs));  // the third expiry fails the path (§6.1 step 4)
+  EXPECT_THAT(r->Events(), ElementsAre("path 1 active->suspect timeout @54us",
+                                       "path 1 suspect->failed failed @102us",
+                                       "path 1 rotated failed @102us",
+                                       "path 1 failed->probing failed @102us"));
+}
+
+// [R5a] With the default fail_after_overtaken (2), the second expiry of an overtaken path fails
+// it; a blind timeout would need fail_after_timeouts (3).
+TEST(Sender_Health, AnOvertakenPathFailsAfterFewerExpiries) {
+  std::unique_ptr<Requester> r = PathOneOvertaken(ConnectionConfig{}.fail_after_overtaken);
+  ASSERT_EQ(ConnectionConfig{}.fail_after_overtaken, 2u);
+  r->RunTimersUntil(At(78 * kUs));
+  EXPECT_THAT(r->Events(), ElementsAre("path 1 active->suspect timeout @54us",
+                                       "path 1 suspect->failed failed @78us",
+                                       "path 1 rotated failed @78us",
+                                       "path 1 failed->probing failed @78us"));
+}
+
+// [R5a] While another path has packets outstanding and nothing at all makes progress (the peer
+// or the network stalls as a whole), the overtaken path's short timer proves nothing: it falls
+// back to the ordinary timer. New evidence from a sibling brings it back.
+TEST(Sender_Health, AnOvertakenPathsShortTimerNeedsProgressElsewhere) {
+  std::unique_ptr<Requester> r = PathOneOvertaken();
+  r->PostWrite(At(60 * kUs), 4, kMtu);  // path 1 is Suspect: to path 0, which then waits too
+  EXPECT_THAT(r->Log(), ElementsAre(StartsWith("path 0 WRITE psn 2")));
+  r->RunTimersUntil(At(78 * kUs));
+  EXPECT_THAT(r->Log(), IsEmpty());
+  EXPECT_EQ(r->conn.path_stats(1).timeouts, 1u);
+  EXPECT_GT(r->conn.NextDeadline(), At(1000 * kUs));
+  r->Feed(At(90 * kUs), Requester::Ack(0, 3, 2));  // path 0's packet of 60 us arrived
+  EXPECT_EQ(r->conn.NextDeadline(), At(94 * kUs));
+  r->RunTimersUntil(At(94 * kUs));
+  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r->conn.path_stats(1).timeouts, 2u);
 }
 
 // [R5a] A stall (of either host, or of the ACKs) delays every path alike. Here every ACK arrives
