@@ -21,6 +21,7 @@ namespace {
 
 using ::metaroce::testing::RecordedPacket;
 using ::metaroce::testing::RecordingSink;
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
@@ -523,6 +524,27 @@ TEST(Sender_Health, AnOvertakenPathFailsAfterFewerExpiries) {
                                        "path 1 suspect->failed failed @78us",
                                        "path 1 rotated failed @78us",
                                        "path 1 failed->probing failed @78us"));
+}
+
+// [R5a] Two paths of three black-holed (a dead spine carries several): neither is a control for
+// the other, so once the live path has nothing outstanding both fail on their short timers.
+TEST(Sender_Health, OvertakenPathsAreNoControlsForEachOther) {
+  ConnectionConfig c = RequesterConfig(3);
+  c.min_probe_timeout = std::chrono::milliseconds(10);
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 3 * kMtu);  // psn 0 on each path
+  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
+  r.PostWrite(At(40 * kUs), 2, kMtu);
+  EXPECT_THAT(r.Log(), Contains(StartsWith("path 0 WRITE psn 1 msg 1")));
+  r.Feed(At(50 * kUs), Requester::Ack(0, 2, 1));
+  r.RunTimersUntil(At(54 * kUs));
+  EXPECT_EQ(r.conn.path_stats(1).state, PathState::kSuspect);
+  EXPECT_EQ(r.conn.path_stats(2).state, PathState::kSuspect);
+  r.RunTimersUntil(At(78 * kUs));
+  EXPECT_EQ(r.conn.path_stats(1).rotations, 1u);
+  EXPECT_EQ(r.conn.path_stats(2).rotations, 1u);
+  EXPECT_THAT(r.Events(), AllOf(Contains("path 1 suspect->failed failed @78us"),
+                                Contains("path 2 suspect->failed failed @78us")));
 }
 
 // [R5a] While another path has packets outstanding and nothing at all makes progress (the peer
