@@ -683,12 +683,14 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   }
   // [R5a] An overtaken path's timer runs at its expected delay, which a stall of the peer or of
   // the network as a whole would also exceed: it counts only if some path made progress since
-  // the previous expiry, or no path above suspicion has anything outstanding (nothing to
-  // compare with: the sender waits on overtaken paths alone). Otherwise back to the ordinary
-  // timer.
+  // the previous expiry, or no other path has anything outstanding (nothing to compare with:
+  // the sender waits on this path alone). Otherwise back to the ordinary timer. Several paths
+  // silent at once count as a general stall, even if they are all overtaken: on a software
+  // fabric a plane's routers stall as a whole, and rotating every path of that plane for it
+  // would be the storm the hysteresis is there to prevent.
   if (path.overtaken && last_progress_ <= path.last_timeout_at &&
       std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
-        return p.outstanding() > 0 && !p.overtaken && p.state != PathState::kFailed;
+        return &p != &path && p.outstanding() > 0 && p.state != PathState::kFailed;
       })) {
     path.overtaken = false;
     ArmPto(now, path);

@@ -526,9 +526,10 @@ TEST(Sender_Health, AnOvertakenPathFailsAfterFewerExpiries) {
                                        "path 1 failed->probing failed @78us"));
 }
 
-// [R5a] Two paths of three black-holed (a dead spine carries several): neither is a control for
-// the other, so once the live path has nothing outstanding both fail on their short timers.
-TEST(Sender_Health, OvertakenPathsAreNoControlsForEachOther) {
+// [R5a] Two paths of three silent at once, the live one drained: that looks like a general
+// stall (a plane's routers stall as a whole on a software fabric), so after the first expiry
+// both fall back to the ordinary timer rather than fail on their short ones.
+TEST(Sender_Health, SeveralSilentPathsAreAStallNotSeveralFailures) {
   ConnectionConfig c = RequesterConfig(3);
   c.min_probe_timeout = std::chrono::milliseconds(10);
   Requester r(c);
@@ -540,11 +541,10 @@ TEST(Sender_Health, OvertakenPathsAreNoControlsForEachOther) {
   r.RunTimersUntil(At(54 * kUs));
   EXPECT_EQ(r.conn.path_stats(1).state, PathState::kSuspect);
   EXPECT_EQ(r.conn.path_stats(2).state, PathState::kSuspect);
-  r.RunTimersUntil(At(78 * kUs));
-  EXPECT_EQ(r.conn.path_stats(1).rotations, 1u);
-  EXPECT_EQ(r.conn.path_stats(2).rotations, 1u);
-  EXPECT_THAT(r.Events(), AllOf(Contains("path 1 suspect->failed failed @78us"),
-                                Contains("path 2 suspect->failed failed @78us")));
+  r.RunTimersUntil(At(1000 * kUs));
+  EXPECT_EQ(r.conn.path_stats(1).rotations + r.conn.path_stats(2).rotations, 0u);
+  EXPECT_EQ(r.conn.path_stats(1).timeouts, 1u);
+  EXPECT_GT(r.conn.NextDeadline(), At(10000 * kUs));
 }
 
 // [R5a] While another path has packets outstanding and nothing at all makes progress (the peer
