@@ -83,8 +83,12 @@ const std::vector<FlagSpec>& Flags() {
        UnsignedSetter("logical-paths", &ScenarioConfig::logical_paths)},
       {"connections", "C", "connections A->B; messages go round-robin (default 1)",
        UnsignedSetter("connections", &ScenarioConfig::connections)},
-      {"messages", "M", "messages to transfer (default 64)",
+      {"messages", "M", "messages to transfer; with --steps, per step (default 64)",
        UnsignedSetter("messages", &ScenarioConfig::messages)},
+      {"steps", "N",
+       "N synchronized steps of --messages each: a step ends when all its messages completed, "
+       "then the next starts; JSON step_us (default 0: no steps)",
+       UnsignedSetter("steps", &ScenarioConfig::steps)},
       {"size", "BYTES", "message size, K/M suffix allowed (default 1M)",
        UnsignedSetter("size", &ScenarioConfig::message_bytes)},
       {"op", "write|send|write_imm", "operation (default write)",
@@ -171,6 +175,49 @@ const std::vector<FlagSpec>& Flags() {
        RealSetter("loss", [](double x, CommandLine& out) { out.config.loss = x; })},
       {"ack-loss", "P", "loss probability of the B->A (ACK) direction (default: --loss)",
        RealSetter("ack-loss", [](double x, CommandLine& out) { out.config.ack_loss = x; })},
+      {"path-loss", "P:PROB[,...]",
+       "loss probability of physical path P, both directions (overrides --loss, --ack-loss there)",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         for (absl::string_view item : absl::StrSplit(v, ',')) {
+           std::vector<absl::string_view> parts = absl::StrSplit(item, ':');
+           uint32_t path = 0;
+           double prob = 0;
+           if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &path) || path > UINT16_MAX ||
+               !absl::SimpleAtod(parts[1], &prob) || !std::isfinite(prob)) {
+             return BadValue("path-loss", v, "PATH:PROB, e.g. 0:0.01");
+           }
+           out.config.path_losses.push_back({static_cast<uint16_t>(path), prob});
+         }
+         return absl::OkStatus();
+       }},
+      {"ce-mark", "P:PROB[@T1-T2][,...]",
+       "CE-mark data packets of path P with probability PROB (in [T1,T2) us; default whole run)",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         for (absl::string_view item : absl::StrSplit(v, ',')) {
+           const absl::Status bad = BadValue("ce-mark", v, "PATH:PROB[@T1-T2], e.g. 0:1@1000-9000");
+           std::vector<absl::string_view> at = absl::StrSplit(item, '@');
+           if (at.size() > 2) return bad;
+           std::vector<absl::string_view> parts = absl::StrSplit(at[0], ':');
+           uint32_t path = 0;
+           double prob = 0;
+           if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &path) || path > UINT16_MAX ||
+               !absl::SimpleAtod(parts[1], &prob) || !std::isfinite(prob)) {
+             return bad;
+           }
+           CeMarking m{static_cast<uint16_t>(path), prob, std::nullopt};
+           if (at.size() == 2) {
+             std::vector<absl::string_view> span = absl::StrSplit(at[1], '-');
+             double begin = 0, end = 0;
+             if (span.size() != 2 || !absl::SimpleAtod(span[0], &begin) ||
+                 !absl::SimpleAtod(span[1], &end)) {
+               return bad;
+             }
+             m.window = TimeWindow{Instant{0} + FromMicros(begin), Instant{0} + FromMicros(end)};
+           }
+           out.config.ce_marks.push_back(m);
+         }
+         return absl::OkStatus();
+       }},
       {"blackhole", "P@T1-T2[,...]", "path P drops everything in [T1,T2) microseconds",
        [](absl::string_view v, CommandLine& out) -> absl::Status {
          for (absl::string_view item : absl::StrSplit(v, ',')) {
@@ -200,6 +247,13 @@ const std::vector<FlagSpec>& Flags() {
        UnsignedSetter("max-events", &ScenarioConfig::max_events)},
       {"bin-us", "US", "goodput timeline bin (default 2 x base RTT)",
        RealSetter("bin-us", [](double x, CommandLine& out) { out.config.bin = FromMicros(x); })},
+      {"sample-us", "US",
+       "sample connection 1's path telemetry (state, srtt, ECN alpha, cwnd...) every US (default 0: "
+       "off)",
+       RealSetter("sample-us",
+                  [](double x, CommandLine& out) { out.config.sample_interval = FromMicros(x); })},
+      {"max-path-events", "N", "path events listed with details in JSON (default 64)",
+       UnsignedSetter("max-path-events", &ScenarioConfig::max_path_events)},
       {"help", "", "print this text",
        [](absl::string_view, CommandLine& out) -> absl::Status {
          out.help = true;

@@ -1,7 +1,7 @@
 // mrsim's command line: a table of flags mapped onto a ScenarioConfig.
 //
-// Syntax: --name=value or --name value; boolean flags also as bare --name. --slow and --blackhole
-// may be repeated and take comma-separated lists. Sizes accept K, M, G suffixes (powers of 1024).
+// Syntax: --name=value or --name value; boolean flags also as bare --name. --slow, --blackhole,
+// --path-loss and --ce-mark may be repeated and take comma-separated lists. Sizes accept K, M, G suffixes (powers of 1024).
 // Errors are one line naming the flag; the caller prints it and exits 2.
 #pragma once
 

@@ -15,7 +15,8 @@ Instant CeilToInstant(int64_t ps) { return Instant{(ps + kPsPerNs - 1) / kPsPerN
 
 }  // namespace
 
-Link::Link(const LinkConfig& config) : config_(config), rng_(config.seed) {}
+Link::Link(const LinkConfig& config)
+    : config_(config), rng_(config.seed), ce_rng_(config.ce_seed) {}
 
 uint64_t Link::BacklogBytes(Instant now) const {
   const int64_t waiting_ps = busy_until_ps_ - ToPs(now);
@@ -71,10 +72,16 @@ Transmission Link::Send(Instant now, uint64_t wire_bytes) {
     result.drop = DropCause::kRandomLoss;
     return result;
   }
+  bool injected = false;
+  for (const LinkConfig::CeInjection& i : config_.ce_injections) {
+    // One draw per delivered packet inside a window, whether or not the queue marked it.
+    if (i.window.Contains(now) && ce_rng_.NextUnit() < i.probability) injected = true;
+  }
   ++counters_.delivered_packets;
-  if (ce) ++counters_.ce_marked;
+  if (injected && !ce) ++counters_.ce_injected;
+  if (ce || injected) ++counters_.ce_marked;
   result.arrival = CeilToInstant(arrival_ps);
-  result.ce = ce;
+  result.ce = ce || injected;
   return result;
 }
 

@@ -14,6 +14,9 @@
 //    backlog exceeds the ECN threshold.
 //  - Random loss models corruption on the wire: the lost packet has consumed link time and is
 //    discarded at the far end. One xoshiro stream per link, one draw per serialized packet.
+//  - Injected CE marking (a spine that marks persistently): a delivered packet offered while an
+//    injection window is open is CE-marked with that window's probability, drawn from a second
+//    xoshiro stream (the loss stream stays aligned with runs without injection).
 //  - Blackhole windows [begin, end): the link is down. A packet offered inside a window is dropped
 //    at once (no link time); a packet already queued or in flight when a window opens
 //    ([offer, arrival) overlaps the window) is lost too.
@@ -59,7 +62,13 @@ struct LinkConfig {
   uint64_t ecn_threshold_bytes = 64 * 1024;       // CE-mark when the backlog exceeds this
   double loss_probability = 0;                    // per serialized packet
   std::vector<TimeWindow> blackholes;
-  uint64_t seed = 1;  // random-loss stream
+  struct CeInjection {
+    double probability = 0;
+    TimeWindow window;  // offer times
+  };
+  std::vector<CeInjection> ce_injections;
+  uint64_t seed = 1;     // random-loss stream
+  uint64_t ce_seed = 2;  // injected-marking stream
 };
 
 struct LinkCounters {
@@ -70,7 +79,8 @@ struct LinkCounters {
   uint64_t dropped_random = 0;
   uint64_t dropped_tail = 0;
   uint64_t dropped_blackhole = 0;
-  uint64_t ce_marked = 0;  // of the delivered packets
+  uint64_t ce_marked = 0;  // of the delivered packets (queue or injection)
+  uint64_t ce_injected = 0;  // of those, marked by an injection and not by the queue
   int64_t busy_ps = 0;     // total serialization time
   uint64_t max_backlog_bytes = 0;
   uint64_t dropped() const { return dropped_random + dropped_tail + dropped_blackhole; }
@@ -103,6 +113,7 @@ class Link {
   LinkCounters counters_;
   int64_t busy_until_ps_ = 0;
   Xoshiro256 rng_;
+  Xoshiro256 ce_rng_;
 };
 
 // A datagram in flight, as the receiving host sees it.

@@ -69,6 +69,11 @@ class JsonWriter {
     Number(value);
     return *this;
   }
+  JsonWriter& Element(std::string_view value) {
+    Key({});
+    Quoted(value);
+    return *this;
+  }
 
  private:
   JsonWriter& Open(std::string_view key, char bracket) {
@@ -148,6 +153,7 @@ void WriteConfig(JsonWriter& w, const ScenarioConfig& c) {
   w.Field("logical_paths", c.EffectiveLogicalPaths());
   w.Field("connections", c.connections);
   w.Field("messages", c.messages);
+  w.Field("steps", c.steps);
   w.Field("size", c.message_bytes);
   w.Field("depth", c.depth);
   w.Field("mtu", c.mtu);
@@ -173,10 +179,28 @@ void WriteConfig(JsonWriter& w, const ScenarioConfig& c) {
         .EndObject();
   }
   w.EndArray();
+  w.BeginArray("path_loss");
+  for (const PathLoss& l : c.path_losses) {
+    w.BeginObject().Field("path", l.path).Field("probability", l.probability).EndObject();
+  }
+  w.EndArray();
+  w.BeginArray("ce_marks");
+  for (const CeMarking& m : c.ce_marks) {
+    w.BeginObject().Field("path", m.path).Field("probability", m.probability);
+    if (m.window) {
+      w.Field("begin_us", Us(m.window->begin)).Field("end_us", Us(m.window->end));
+    } else {
+      w.Field("begin_us", std::optional<double>()).Field("end_us", std::optional<double>());
+    }
+    w.EndObject();
+  }
+  w.EndArray();
   w.Field("recv_delay_us", Us(c.recv_delay));
   w.Field("duration_cap_us", Us(c.duration_cap));
   w.Field("max_events", c.max_events);
   w.Field("bin_us", Us(c.EffectiveBin()));
+  w.Field("sample_us", Us(c.sample_interval));
+  w.Field("max_path_events", c.max_path_events);
   w.Field("wire_overhead_bytes", kWireOverheadBytes);
   w.EndObject();
 }
@@ -189,6 +213,7 @@ void WriteLink(JsonWriter& w, const LinkCounters& l, double utilization) {
   w.Field("dropped_tail", l.dropped_tail);
   w.Field("dropped_blackhole", l.dropped_blackhole);
   w.Field("ce_marked", l.ce_marked);
+  w.Field("ce_injected", l.ce_injected);
   w.Field("max_backlog_bytes", l.max_backlog_bytes);
   w.Field("utilization", utilization);
 }
@@ -229,6 +254,21 @@ std::string ResultToJson(const ScenarioResult& r) {
       .Field("p99", r.completion_us.p99_us)
       .Field("max", r.completion_us.max_us)
       .EndObject();
+  if (r.config.steps == 0) {
+    w.Field("step_us", std::optional<double>());
+  } else {
+    w.BeginObject("step_us")
+        .Field("count", r.steps.count)
+        .Field("with_failures", r.steps.with_failures)
+        .Field("p50", r.steps.p50_us)
+        .Field("p99", r.steps.p99_us)
+        .Field("max", r.steps.max_us)
+        .Field("mean", r.steps.mean_us)
+        .EndObject();
+  }
+  w.BeginArray("step_times_us");
+  for (double t : r.steps.times_us) w.Element(t);
+  w.EndArray();
   w.Field("packets_lost", r.packets_lost);
   w.BeginObject("lost_by_cause")
       .Field("random", r.lost_random)
@@ -294,6 +334,35 @@ std::string ResultToJson(const ScenarioResult& r) {
   for (double g : r.completed_gbps) w.Element(g);
   w.EndArray();
   w.EndObject();
+  w.BeginObject("path_samples");
+  w.Field("interval_us", Us(r.config.sample_interval));
+  w.Field("conn", uint64_t{1});
+  w.BeginArray("t_us");
+  for (double t : r.path_samples.t_us) w.Element(t);
+  w.EndArray();
+  w.BeginArray("paths");
+  for (const PathSamples::Series& p : r.path_samples.paths) {
+    w.BeginObject();
+    w.Field("path", p.path);
+    w.BeginArray("physical");
+    for (uint16_t x : p.physical) w.Element(x);
+    w.EndArray();
+    w.BeginArray("state");
+    for (const std::string& x : p.state) w.Element(std::string_view(x));
+    w.EndArray();
+    const std::pair<std::string_view, const std::vector<double>*> series[] = {
+        {"srtt_us", &p.srtt_us},         {"min_rtt_us", &p.min_rtt_us},
+        {"ecn_alpha", &p.ecn_alpha},     {"cwnd_kb", &p.cwnd_kb},
+        {"inflight_kb", &p.inflight_kb}, {"utilization", &p.utilization}};
+    for (const auto& [name, values] : series) {
+      w.BeginArray(name);
+      for (double x : *values) w.Element(x);
+      w.EndArray();
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
   w.Field("timer_deadline_not_advanced", r.timer_deadline_not_advanced);
   w.EndObject();
   std::string out = w.Take();
@@ -334,6 +403,12 @@ std::string ResultSummary(const ScenarioResult& r, std::optional<double> wall_se
                         r.payload_capacity_gbps);
   absl::StrAppendFormat(&s, "  completion  p50 %.1f us, p99 %.1f us, max %.1f us\n",
                         r.completion_us.p50_us, r.completion_us.p99_us, r.completion_us.max_us);
+  if (c.steps > 0) {
+    absl::StrAppendFormat(&s, "  steps       %u of %u completed (%u with failures): p50 %.1f us, "
+                              "p99 %.1f us, max %.1f us, mean %.1f us\n",
+                          r.steps.count, c.steps, r.steps.with_failures, r.steps.p50_us,
+                          r.steps.p99_us, r.steps.max_us, r.steps.mean_us);
+  }
   absl::StrAppendFormat(&s, "  loss        %u packets lost (random %u, tail %u, blackhole %u); "
                             "%u of %u data packets\n",
                         r.packets_lost, r.lost_random, r.lost_tail_drop, r.lost_blackhole,

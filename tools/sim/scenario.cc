@@ -49,6 +49,7 @@ enum Stream : uint64_t {
   kPatternStream = 3,
   kLinkLossStream = 4,
   kImmStream = 5,
+  kCeMarkStream = 6,
 };
 
 // Lowest port >= 49152 with (port + udp_port) % P == 0: with the ECMP hash (src + dst) % P,
@@ -225,6 +226,14 @@ class Simulation {
   void OnReceiveCompletion(const core::Completion& wc);
   void CollectPathEvents(Host host, core::Connection& connection);
   bool WorkloadDone() const;
+  // Steps: the first message index not yet allowed to be posted.
+  uint64_t PostLimit() const {
+    return config_.steps == 0 ? total_messages_
+                              : std::min(total_messages_, (current_step_ + 1) * config_.messages);
+  }
+  // Steps: ends the current step if every message of it is resolved, then starts the next.
+  void MaybeEndStep();
+  void TakeSample();
 
   ScenarioConfig config_;
   EventQueue queue_;
@@ -237,7 +246,13 @@ class Simulation {
   std::unique_ptr<core::Endpoint> endpoint_b_;
   std::array<TimerSlot, 2> timers_;
   std::vector<MessageState> messages_;
+  uint64_t total_messages_ = 0;
   int64_t bin_ns_ = 1;
+  // Steps.
+  uint64_t current_step_ = 0;
+  Instant step_started_;
+  bool step_failed_ = false;
+  std::vector<int64_t> step_ns_;
 
   uint64_t outstanding_total_ = 0;
   uint64_t succeeded_awaiting_receive_ = 0;
@@ -261,10 +276,18 @@ std::vector<PhysicalPathConfig> BuildFabricConfig(const ScenarioConfig& c) {
       link.delay = c.delay;
       link.queue_bytes = c.queue_bytes;
       link.ecn_threshold_bytes = c.ecn_threshold_bytes;
-      link.loss_probability = dir == 0 ? c.loss : c.ack_loss.value_or(c.loss);
+      link.loss_probability = c.PathLossProbability(p, dir == 1);
       link.seed = DeriveSeed(c.seed, kLinkLossStream, p, dir);
+      link.ce_seed = DeriveSeed(c.seed, kCeMarkStream, p, dir);
       for (const Blackhole& b : c.blackholes) {
         if (b.path == p) link.blackholes.push_back(b.window);
+      }
+      if (dir == 0) {
+        for (const CeMarking& m : c.ce_marks) {
+          if (m.path != p) continue;
+          link.ce_injections.push_back(
+              {m.probability, m.window.value_or(TimeWindow{Instant{0}, core::kNever})});
+        }
       }
     }
   }
@@ -279,6 +302,7 @@ Simulation::Simulation(const ScenarioConfig& config)
       endpoint_a_(std::make_unique<core::Endpoint>(port_a_)),
       endpoint_b_(std::make_unique<core::Endpoint>(port_b_)) {
   result_.config = config;
+  total_messages_ = config.TotalMessages();
   bin_ns_ = std::max<int64_t>(1, config.EffectiveBin().count());
 }
 
@@ -287,7 +311,7 @@ absl::Status Simulation::Setup() {
   const uint32_t port_base = AlignedPortBase(config_.physical_paths);
   const uint64_t slot_bytes = config_.message_bytes;
   conns_.resize(config_.connections);
-  messages_.resize(config_.messages);
+  messages_.resize(total_messages_);
 
   for (uint32_t c = 0; c < config_.connections; ++c) {
     ConnectionState& cs = conns_[c];
@@ -348,14 +372,20 @@ absl::Status Simulation::Setup() {
     cs.slot_owner.assign(config_.depth, kNoMessage);
     cs.receive_slot_busy.assign(config_.depth, false);
     cs.total_messages =
-        c < config_.messages ? (config_.messages - c + config_.connections - 1) / config_.connections
-                             : 0;
+        c < total_messages_ ? (total_messages_ - c + config_.connections - 1) / config_.connections
+                            : 0;
   }
 
   if (config_.UsesReceives()) {
     queue_.Schedule(Instant{0} + config_.recv_delay, [this] { PostInitialReceives(); });
   }
   queue_.Schedule(Instant{0}, [this] { StartWorkload(); });
+  if (config_.sample_interval.count() > 0) {
+    const uint16_t n = conns_.empty() ? 0 : logical_paths;
+    result_.path_samples.paths.resize(n);
+    for (uint16_t i = 0; i < n; ++i) result_.path_samples.paths[i].path = i;
+    queue_.Schedule(Instant{0}, [this] { TakeSample(); });
+  }
   return absl::OkStatus();
 }
 
@@ -375,7 +405,8 @@ void Simulation::PostInitialReceives() {
 void Simulation::PostMoreMessages(uint32_t c) {
   ConnectionState& cs = conns_[c];
   while (!cs.stopped && cs.outstanding < config_.depth &&
-         cs.next_local_index < cs.total_messages) {
+         cs.next_local_index < cs.total_messages &&
+         MessageIndex(c, cs.next_local_index) < PostLimit()) {
     const auto free_slot = std::find(cs.slot_owner.begin(), cs.slot_owner.end(), kNoMessage);
     const uint32_t slot = static_cast<uint32_t>(free_slot - cs.slot_owner.begin());
     const uint64_t local = cs.next_local_index;
@@ -526,12 +557,19 @@ void Simulation::AfterHostEvent(Host host, bool timer_did_not_advance) {
     }
     if (host == Host::kA) {
       for (uint32_t c = 0; c < conns_.size(); ++c) PostMoreMessages(c);
+      if (config_.steps > 0) MaybeEndStep();
     }
   }
   for (const auto& [id, connection] : endpoint.connections()) {
     CollectPathEvents(host, *connection);
   }
   RescheduleTimer(host, timer_did_not_advance);
+  if (host == Host::kB && config_.steps > 0 && config_.UsesReceives()) {
+    // A receive completion at B may be what ends a step: the next step posts at A.
+    const uint64_t step = current_step_;
+    MaybeEndStep();
+    if (current_step_ != step) AfterHostEvent(Host::kA);
+  }
 }
 
 void Simulation::RescheduleTimer(Host host, bool timer_did_not_advance) {
@@ -598,6 +636,7 @@ void Simulation::OnRequesterCompletion(const core::Completion& wc) {
   } else {
     ++result_.messages_failed;
     ++result_.failed_by_status[std::string(core::StatusName(wc.status))];
+    step_failed_ = true;
   }
   cs.slot_owner[m.slot] = kNoMessage;
 }
@@ -668,11 +707,62 @@ void Simulation::CollectPathEvents(Host host, core::Connection& connection) {
         ++result_.path_state_changes;
       }
       ++result_.path_events_by_reason[std::string(core::PathEventReasonName(e.reason))];
-      if (result_.first_path_events.size() < ScenarioResult::kMaxRecordedPathEvents) {
+      if (result_.first_path_events.size() < config_.max_path_events) {
         result_.first_path_events.push_back({host == Host::kA ? 'A' : 'B', e});
       }
     }
   }
+}
+
+void Simulation::MaybeEndStep() {
+  // Posting happens only from AfterHostEvent on A, which calls this after posting; B's receive
+  // completions (send/write_imm) are collected at B's events, so a step may end there too.
+  while (current_step_ * config_.messages < total_messages_) {
+    const uint64_t begin = current_step_ * config_.messages;
+    const uint64_t end = PostLimit();
+    bool refused = false;
+    for (uint64_t k = begin; k < end; ++k) {
+      const MessageState& m = messages_[k];
+      if (m.requester_done) {
+        if (m.succeeded && config_.UsesReceives() && !m.receive_done) return;
+        continue;
+      }
+      // Never posted on a connection that stopped: it never will be (the step did not do it).
+      if (!m.posted && conns_[ConnOf(k)].stopped) {
+        refused = true;
+        continue;
+      }
+      return;
+    }
+    if (refused) step_failed_ = true;
+    const Instant now = queue_.now();
+    step_ns_.push_back((now - step_started_).count());
+    if (step_failed_) ++result_.steps.with_failures;
+    step_failed_ = false;
+    ++current_step_;
+    step_started_ = now;
+    for (uint32_t c = 0; c < conns_.size(); ++c) PostMoreMessages(c);
+  }
+}
+
+void Simulation::TakeSample() {
+  const Instant now = queue_.now();
+  PathSamples& ps = result_.path_samples;
+  ps.t_us.push_back(static_cast<double>(now.ns) / 1000.0);
+  const core::Connection& conn = *conns_.front().requester;
+  for (PathSamples::Series& series : ps.paths) {
+    const core::PathStats st = conn.path_stats(series.path);
+    series.physical.push_back(fabric_.PhysicalPathFor(st.src_port, wire::kDefaultUdpPort));
+    series.state.emplace_back(core::PathStateName(st.state));
+    series.srtt_us.push_back(static_cast<double>(st.srtt.count()) / 1000.0);
+    series.min_rtt_us.push_back(static_cast<double>(st.min_rtt.count()) / 1000.0);
+    series.ecn_alpha.push_back(st.ecn_fraction);
+    series.cwnd_kb.push_back(st.cwnd_bytes / 1024.0);
+    series.inflight_kb.push_back(st.inflight_bytes / 1024.0);
+    series.utilization.push_back(st.utilization);
+  }
+  // Only while something else is pending: samples alone must not keep an idle run alive.
+  if (!queue_.empty()) queue_.Schedule(now + config_.sample_interval, [this] { TakeSample(); });
 }
 
 bool Simulation::WorkloadDone() const {
@@ -712,7 +802,22 @@ ScenarioResult Simulation::Finish() {
   r.sim_time_us = static_cast<double>(end.ns) / 1000.0;
   r.last_post_us = static_cast<double>(last_post_.ns) / 1000.0;
   r.events = queue_.executed();
-  r.messages_not_posted = config_.messages - r.messages_posted;
+  r.messages_not_posted = total_messages_ - r.messages_posted;
+  if (config_.steps > 0) {
+    StepSummary& st = r.steps;
+    st.count = step_ns_.size();
+    for (int64_t ns : step_ns_) st.times_us.push_back(static_cast<double>(ns) / 1000.0);
+    std::vector<int64_t> sorted = step_ns_;
+    std::sort(sorted.begin(), sorted.end());
+    st.p50_us = Percentile(sorted, 0.50);
+    st.p99_us = Percentile(sorted, 0.99);
+    st.max_us = Percentile(sorted, 1.0);
+    if (!sorted.empty()) {
+      double sum = 0;
+      for (int64_t ns : sorted) sum += static_cast<double>(ns);
+      st.mean_us = sum / static_cast<double>(sorted.size()) / 1000.0;
+    }
+  }
   r.messages_outstanding = outstanding_total_;
 
   for (uint64_t i = 0; i < succeeded_awaiting_receive_; ++i) DataError("missing_receive_completion");
@@ -808,6 +913,23 @@ absl::Status ScenarioConfig::Validate() const {
   if (ack_loss && !(*ack_loss >= 0 && *ack_loss < 1)) {
     return absl::InvalidArgumentError("--ack-loss must be in [0, 1)");
   }
+  for (const PathLoss& l : path_losses) {
+    if (l.path >= physical_paths) {
+      return absl::InvalidArgumentError("--path-loss names a path >= --paths");
+    }
+    if (!(l.probability >= 0 && l.probability < 1)) {
+      return absl::InvalidArgumentError("--path-loss probability must be in [0, 1)");
+    }
+  }
+  for (const CeMarking& m : ce_marks) {
+    if (m.path >= physical_paths) return absl::InvalidArgumentError("--ce-mark names a path >= --paths");
+    if (!(m.probability >= 0 && m.probability <= 1)) {
+      return absl::InvalidArgumentError("--ce-mark probability must be in [0, 1]");
+    }
+    if (m.window && !(m.window->begin < m.window->end)) {
+      return absl::InvalidArgumentError("--ce-mark window must be T1-T2 with T1 < T2");
+    }
+  }
   for (const Blackhole& b : blackholes) {
     if (b.path >= physical_paths) {
       return absl::InvalidArgumentError("--blackhole names a path >= --paths");
@@ -840,12 +962,27 @@ absl::Status ScenarioConfig::Validate() const {
   if (duration_cap.count() <= 0) return absl::InvalidArgumentError("--duration-cap-ms must be > 0");
   if (max_events < 1) return absl::InvalidArgumentError("--max-events must be >= 1");
   if (bin.count() < 0) return absl::InvalidArgumentError("--bin-us must be >= 0");
+  if (sample_interval.count() < 0) return absl::InvalidArgumentError("--sample-us must be >= 0");
+  if (steps > 0 && messages > UINT64_MAX / steps) {
+    return absl::InvalidArgumentError("--steps x --messages is too large");
+  }
+  if (TotalMessages() > (uint64_t{1} << 32)) {
+    return absl::InvalidArgumentError("--steps x --messages exceeds 2^32 messages");
+  }
   return absl::OkStatus();
 }
 
 uint16_t ScenarioConfig::EffectiveLogicalPaths() const {
   if (transport == TransportKind::kGoBackN) return 1;
   return logical_paths == 0 ? physical_paths : logical_paths;
+}
+
+double ScenarioConfig::PathLossProbability(uint16_t path, bool ack_direction) const {
+  double p = ack_direction ? ack_loss.value_or(loss) : loss;
+  for (const PathLoss& l : path_losses) {
+    if (l.path == path) p = l.probability;
+  }
+  return p;
 }
 
 double ScenarioConfig::PathRateGbps(uint16_t path) const {

@@ -20,7 +20,19 @@
 // connections = paths so that the flows cover every path.
 //
 // Loss: `loss` applies to the A->B (data) links and `ack_loss` (default: the same value) to the
-// B->A (acknowledgement) links.
+// B->A (acknowledgement) links. `path_losses` overrides both for one physical path (both of its
+// directions): a lossy spine among clean ones. `ce_marks` CE-marks data packets (A->B) of one path
+// with a probability, optionally only inside a time window, on top of the queue's own marking: a
+// persistently marking spine.
+//
+// Steps (`steps` > 0): the workload is `steps` synchronized steps of `messages` messages each (as
+// at a collective's barrier). A step posts its messages (round-robin over the connections, at most
+// `depth` outstanding per connection) and ends when every one of them has completed at A (and,
+// for send/write_imm, at B); the next step starts at that instant. Step time = end - start.
+//
+// Path telemetry samples (`sample_interval` > 0): every interval, the requester's view of each
+// logical path of connection 1 (state, srtt, min_rtt, ECN alpha, cwnd, inflight, utilization and
+// the physical path its current source port hashes to), as the core exposes it (PathStats).
 //
 // Determinism: the result is a function of the config alone (no clock, no addresses in results).
 #pragma once
@@ -55,6 +67,17 @@ struct Blackhole {
   uint16_t path = 0;
   TimeWindow window;
 };
+struct PathLoss {
+  uint16_t path = 0;
+  double probability = 0;  // both directions of the path
+};
+// CE-marking injected on a path's A->B link: each data packet delivered while `window` contains
+// its offer time is marked with `probability` (window unset: the whole run).
+struct CeMarking {
+  uint16_t path = 0;
+  double probability = 0;
+  std::optional<TimeWindow> window;
+};
 
 struct ScenarioConfig {
   // Fabric.
@@ -67,6 +90,8 @@ struct ScenarioConfig {
   double loss = 0;
   std::optional<double> ack_loss;  // unset: same as `loss`
   std::vector<Blackhole> blackholes;
+  std::vector<PathLoss> path_losses;  // override loss and ack_loss of one physical path
+  std::vector<CeMarking> ce_marks;
 
   // Transport.
   TransportKind transport = TransportKind::kMetaRoce;
@@ -78,7 +103,8 @@ struct ScenarioConfig {
 
   // Workload.
   Operation op = Operation::kWrite;
-  uint64_t messages = 64;
+  uint64_t messages = 64;  // per step when steps > 0
+  uint64_t steps = 0;      // 0: one batch of `messages`, posted as the depth allows
   uint32_t message_bytes = 1u << 20;
   uint32_t depth = 8;    // outstanding messages per connection
   Duration recv_delay{0};  // send/write_imm: the first receives are posted at this time
@@ -89,11 +115,15 @@ struct ScenarioConfig {
   Duration duration_cap = std::chrono::seconds(10);  // simulated time
   uint64_t max_events = 200'000'000;
   Duration bin{0};  // goodput timeline bin; 0: 2 x BaseRtt()
+  Duration sample_interval{0};  // path telemetry samples of connection 1; 0: none
+  uint32_t max_path_events = 64;  // path events recorded with their details (all are counted)
 
   // Refuses inconsistent settings with a reason that names the flag to fix.
   absl::Status Validate() const;
   uint16_t EffectiveLogicalPaths() const;
   double PathRateGbps(uint16_t path) const;
+  double PathLossProbability(uint16_t path, bool ack_direction) const;
+  uint64_t TotalMessages() const { return steps == 0 ? messages : steps * messages; }
   // Unloaded round trip: MTU data packet out and ACK back at the nominal rate.
   Duration BaseRtt() const;
   Duration EffectiveBin() const;
@@ -119,6 +149,26 @@ struct PathReport {
 struct RecordedPathEvent {
   char host = 'A';  // 'A' (requester) or 'B' (responder)
   core::PathEvent event;
+};
+
+// Step times (steps > 0), in microseconds; nearest-rank percentiles over completed steps.
+struct StepSummary {
+  uint64_t count = 0;            // steps completed
+  uint64_t with_failures = 0;    // completed steps in which a message failed or was refused
+  double p50_us = 0, p99_us = 0, max_us = 0, mean_us = 0;
+  std::vector<double> times_us;  // every completed step, in order
+};
+
+// Requester-side telemetry of connection 1's logical paths, sampled every sample_interval.
+struct PathSamples {
+  std::vector<double> t_us;
+  struct Series {
+    uint16_t path = 0;
+    std::vector<uint16_t> physical;  // physical path of the current source port
+    std::vector<std::string> state;
+    std::vector<double> srtt_us, min_rtt_us, ecn_alpha, cwnd_kb, inflight_kb, utilization;
+  };
+  std::vector<Series> paths;
 };
 
 struct ScenarioResult {
@@ -170,7 +220,10 @@ struct ScenarioResult {
   uint64_t path_state_changes = 0;
   uint64_t port_rotations = 0;
   std::map<std::string, uint64_t> path_events_by_reason;
-  std::vector<RecordedPathEvent> first_path_events;  // at most kMaxRecordedPathEvents
+  std::vector<RecordedPathEvent> first_path_events;  // at most config.max_path_events
+
+  StepSummary steps;
+  PathSamples path_samples;
 
   // Timelines (bin = config.EffectiveBin()).
   std::vector<double> delivered_gbps;  // payload bytes B accepted for the first time, per bin
@@ -188,8 +241,6 @@ struct ScenarioResult {
   uint64_t events = 0;
   std::string stop_reason;  // "done", "idle", "duration_cap", "event_cap"
   uint64_t timer_deadline_not_advanced = 0;  // core contract check: NextDeadline() <= now after OnTimer
-
-  static constexpr size_t kMaxRecordedPathEvents = 64;
 };
 
 absl::StatusOr<ScenarioResult> RunScenario(const ScenarioConfig& config);

@@ -43,6 +43,54 @@ TEST(CliOptions_Parse, GoBackNHasOneLogicalPath) {
   EXPECT_EQ(cl->config.EffectiveLogicalPaths(), 1);
 }
 
+TEST(CliOptions_Parse, PathLossCeMarkStepsAndSamples) {
+  auto cl = Parse({"--paths=8", "--path-loss=0:0.01,3:0.05", "--path-loss", "5:0",
+                   "--ce-mark=2:1@1000-9000.5,4:0.25", "--steps=200", "--messages=64",
+                   "--sample-us=12.5", "--max-path-events=1000"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  const ScenarioConfig& c = cl->config;
+  ASSERT_EQ(c.path_losses.size(), 3u);
+  EXPECT_EQ(c.path_losses[1].path, 3);
+  EXPECT_DOUBLE_EQ(c.path_losses[1].probability, 0.05);
+  EXPECT_DOUBLE_EQ(c.PathLossProbability(0, false), 0.01);
+  EXPECT_DOUBLE_EQ(c.PathLossProbability(0, true), 0.01);  // both directions
+  EXPECT_DOUBLE_EQ(c.PathLossProbability(1, false), 0);
+  ASSERT_EQ(c.ce_marks.size(), 2u);
+  EXPECT_EQ(c.ce_marks[0].path, 2);
+  EXPECT_DOUBLE_EQ(c.ce_marks[0].probability, 1);
+  ASSERT_TRUE(c.ce_marks[0].window.has_value());
+  EXPECT_EQ(c.ce_marks[0].window->begin.ns, 1'000'000);
+  EXPECT_EQ(c.ce_marks[0].window->end.ns, 9'000'500);
+  EXPECT_FALSE(c.ce_marks[1].window.has_value());
+  EXPECT_EQ(c.steps, 200u);
+  EXPECT_EQ(c.TotalMessages(), 200u * 64);
+  EXPECT_EQ(c.sample_interval.count(), 12'500);
+  EXPECT_EQ(c.max_path_events, 1000u);
+}
+
+TEST(CliOptions_Parse, PathLossOverridesGlobalLossOnItsPathOnly) {
+  auto cl = Parse({"--paths=4", "--loss=0.02", "--ack-loss=0.03", "--path-loss=1:0.5"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_DOUBLE_EQ(cl->config.PathLossProbability(0, false), 0.02);
+  EXPECT_DOUBLE_EQ(cl->config.PathLossProbability(0, true), 0.03);
+  EXPECT_DOUBLE_EQ(cl->config.PathLossProbability(1, false), 0.5);
+  EXPECT_DOUBLE_EQ(cl->config.PathLossProbability(1, true), 0.5);
+  EXPECT_EQ(cl->config.TotalMessages(), 64u);  // no steps: --messages in all
+}
+
+TEST(CliOptions_Errors, NewFlagsNameTheFlag) {
+  EXPECT_THAT(Parse({"--path-loss=0"}).status().message(), HasSubstr("--path-loss"));
+  EXPECT_THAT(Parse({"--path-loss=x:0.1"}).status().message(), HasSubstr("--path-loss"));
+  EXPECT_THAT(Parse({"--paths=2", "--path-loss=2:0.1"}).status().message(),
+              HasSubstr("--path-loss names a path"));
+  EXPECT_THAT(Parse({"--path-loss=0:1"}).status().message(), HasSubstr("--path-loss"));
+  EXPECT_THAT(Parse({"--ce-mark=0:0.5@9-1"}).status().message(), HasSubstr("--ce-mark"));
+  EXPECT_THAT(Parse({"--ce-mark=0:1.5"}).status().message(), HasSubstr("--ce-mark"));
+  EXPECT_THAT(Parse({"--ce-mark=0:0.5@1"}).status().message(), HasSubstr("--ce-mark"));
+  EXPECT_THAT(Parse({"--steps=-1"}).status().message(), HasSubstr("--steps"));
+  EXPECT_THAT(Parse({"--sample-us=-5"}).status().message(), HasSubstr("--sample-us"));
+}
+
 TEST(CliOptions_Errors, NameTheFlag) {
   EXPECT_THAT(Parse({"--bogus=1"}).status().message(), HasSubstr("unknown flag --bogus"));
   EXPECT_THAT(Parse({"--paths=x"}).status().message(), HasSubstr("--paths=x"));
@@ -59,7 +107,9 @@ TEST(CliOptions_Help, ListsEveryFlag) {
   ASSERT_TRUE(cl.ok());
   EXPECT_TRUE(cl->help);
   const std::string usage = UsageText();
-  for (const char* flag : {"--paths", "--transport", "--blackhole", "--recv-delay-us", "--json"}) {
+  for (const char* flag : {"--paths", "--transport", "--blackhole", "--recv-delay-us", "--json",
+                           "--path-loss", "--ce-mark", "--steps", "--sample-us",
+                           "--max-path-events"}) {
     EXPECT_THAT(usage, HasSubstr(flag));
   }
 }

@@ -65,6 +65,39 @@ TEST(Link_Ecn, MarksWhenBacklogExceedsThreshold) {
   EXPECT_FALSE(link.Send(Instant{1'000'000}, 1000).ce);
 }
 
+TEST(Link_CeInjection, MarksOnlyInsideItsWindowWithItsProbability) {
+  LinkConfig c = TestLink();
+  c.queue_bytes = 1u << 30;
+  c.ecn_threshold_bytes = 1u << 30;  // the queue itself never marks
+  c.ce_injections.push_back({1.0, TimeWindow{Instant{10'000}, Instant{20'000}}});
+  c.ce_injections.push_back({0.5, TimeWindow{Instant{100'000}, Instant{1'100'000}}});
+  Link link(c);
+  EXPECT_FALSE(link.Send(Instant{9'999}, 100).ce);
+  EXPECT_TRUE(link.Send(Instant{10'000}, 100).ce);
+  EXPECT_TRUE(link.Send(Instant{19'999}, 100).ce);
+  EXPECT_FALSE(link.Send(Instant{20'000}, 100).ce);
+  int marked = 0;
+  for (int i = 0; i < 1000; ++i) marked += link.Send(Instant{100'000 + i * 1000}, 100).ce;
+  EXPECT_GT(marked, 400);
+  EXPECT_LT(marked, 600);
+  EXPECT_EQ(link.counters().ce_injected, static_cast<uint64_t>(2 + marked));
+  EXPECT_EQ(link.counters().ce_marked, link.counters().ce_injected);
+}
+
+TEST(Link_CeInjection, LeavesTheLossStreamAligned) {
+  LinkConfig c = TestLink();
+  c.queue_bytes = 1u << 30;
+  c.loss_probability = 0.3;
+  LinkConfig marked = c;
+  marked.ce_injections.push_back({0.5, TimeWindow{Instant{0}, core::kNever}});
+  Link plain(c), injected(marked);
+  for (int i = 0; i < 500; ++i) {
+    const Instant t{i * 1000};
+    EXPECT_EQ(plain.Send(t, 100).drop, injected.Send(t, 100).drop) << i;
+  }
+  EXPECT_GT(injected.counters().ce_injected, 0u);
+}
+
 TEST(Link_Blackhole, DropsOnlyWhatOverlapsTheWindow) {
   LinkConfig c = TestLink();
   c.blackholes.push_back({Instant{10'000}, Instant{20'000}});

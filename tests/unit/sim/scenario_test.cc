@@ -26,13 +26,13 @@ std::string Describe(const ScenarioResult& r) { return ResultSummary(r, std::nul
 
 void ExpectAllCompletedCleanly(const ScenarioResult& r) {
   EXPECT_EQ(r.stop_reason, "done") << Describe(r);
-  EXPECT_EQ(r.messages_completed, r.config.messages) << Describe(r);
+  EXPECT_EQ(r.messages_completed, r.config.TotalMessages()) << Describe(r);
   EXPECT_EQ(r.messages_failed, 0u) << Describe(r);
   EXPECT_EQ(r.data_errors, 0u) << Describe(r);
   EXPECT_EQ(r.malformed_datagrams, 0u);
   EXPECT_EQ(r.unknown_connection_datagrams, 0u);
   if (r.config.UsesReceives()) {
-    EXPECT_EQ(r.receives_completed, r.config.messages);
+    EXPECT_EQ(r.receives_completed, r.config.TotalMessages());
   }
 }
 
@@ -115,6 +115,177 @@ TEST(Scenario_Blackhole, MessagesSurviveAPathGoingDark) {
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectAllCompletedCleanly(*r);
   EXPECT_GT(r->lost_blackhole, 0u);
+}
+
+TEST(Scenario_PathLoss, LosesOnlyOnItsPathInBothDirections) {
+  ScenarioConfig c = SmallConfig();
+  c.physical_paths = 4;
+  c.messages = 32;
+  c.path_losses.push_back({2, 0.05});
+  absl::StatusOr<ScenarioResult> r = RunScenario(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectAllCompletedCleanly(*r);
+  for (const PathReport& p : r->paths) {
+    if (p.path == 2) {
+      EXPECT_GT(p.a_to_b.dropped_random, 0u) << Describe(*r);
+      EXPECT_GT(p.b_to_a.dropped_random, 0u) << Describe(*r);
+    } else {
+      EXPECT_EQ(p.a_to_b.dropped_random + p.b_to_a.dropped_random, 0u) << p.path;
+    }
+  }
+  EXPECT_EQ(r->lost_random, r->packets_lost);
+  EXPECT_GT(r->resent_data_packets, 0u);
+}
+
+class Scenario_Steps : public ::testing::TestWithParam<std::tuple<TransportKind, Operation>> {};
+
+TEST_P(Scenario_Steps, EveryStepCompletesBeforeTheNextAndIsTimed) {
+  ScenarioConfig c = SmallConfig();
+  c.transport = std::get<0>(GetParam());
+  c.op = std::get<1>(GetParam());
+  c.physical_paths = 4;
+  c.steps = 6;
+  c.messages = 8;
+  c.depth = 8;
+  c.path_losses.push_back({1, 0.02});
+  if (c.transport == TransportKind::kGoBackN) {
+    c.connections = 4;
+    c.depth = 2;
+  }
+  absl::StatusOr<ScenarioResult> r = RunScenario(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stop_reason, "done") << Describe(*r);
+  EXPECT_EQ(r->messages_completed, 48u) << Describe(*r);
+  EXPECT_EQ(r->data_errors, 0u) << Describe(*r);
+  const StepSummary& st = r->steps;
+  ASSERT_EQ(st.count, 6u);
+  ASSERT_EQ(st.times_us.size(), 6u);
+  EXPECT_EQ(st.with_failures, 0u);
+  double sum = 0, max = 0;
+  for (double t : st.times_us) {
+    EXPECT_GT(t, 0);
+    sum += t;
+    max = std::max(max, t);
+  }
+  // Steps run back to back from time 0: the last ends when the workload ends.
+  EXPECT_NEAR(sum, r->sim_time_us, 0.01);
+  EXPECT_DOUBLE_EQ(st.max_us, max);
+  EXPECT_DOUBLE_EQ(st.p99_us, max);  // nearest rank of 6 samples
+  EXPECT_LE(st.p50_us, st.p99_us);
+  EXPECT_NEAR(st.mean_us, sum / 6, 0.01);
+  // A step holds at most its own messages: the last post is at the start of the last step.
+  EXPECT_NEAR(r->last_post_us, sum - st.times_us.back(), 0.01);
+  const std::string json = ResultToJson(*r);
+  EXPECT_THAT(json, ::testing::HasSubstr("\"step_us\":{\"count\":6,"));
+  EXPECT_THAT(json, ::testing::HasSubstr("\"step_times_us\":["));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TransportsAndOps, Scenario_Steps,
+    ::testing::Values(std::make_tuple(TransportKind::kMetaRoce, Operation::kWrite),
+                      std::make_tuple(TransportKind::kMetaRoce, Operation::kSend),
+                      std::make_tuple(TransportKind::kMetaRoce, Operation::kWriteImm),
+                      std::make_tuple(TransportKind::kGoBackN, Operation::kWrite),
+                      std::make_tuple(TransportKind::kReorderBuffer, Operation::kWrite)),
+    [](const auto& info) {
+      return std::string(TransportName(std::get<0>(info.param))) + "_" +
+             std::string(OperationName(std::get<1>(info.param)));
+    });
+
+TEST(Scenario_StepWorkload, DepthBelowStepSizeStillCompletesEveryStep) {
+  ScenarioConfig c = SmallConfig();
+  c.steps = 3;
+  c.messages = 10;
+  c.depth = 3;
+  absl::StatusOr<ScenarioResult> r = RunScenario(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectAllCompletedCleanly(*r);
+  EXPECT_EQ(r->messages_completed, 30u);
+  EXPECT_EQ(r->steps.count, 3u);
+}
+
+TEST(Scenario_StepWorkload, StepsOfAFailedConnectionCountAsFailedAndStillEnd) {
+  // Go-back-N cannot leave its path: the connection on the dead path fails by the no-progress
+  // timeout; its messages of later steps are refused, and those steps end without them.
+  ScenarioConfig c = SmallConfig();
+  c.transport = TransportKind::kGoBackN;
+  c.connections = 2;
+  c.steps = 3;
+  c.messages = 4;
+  c.depth = 2;
+  c.blackholes.push_back({0, TimeWindow{Instant{0}, Instant{0} + std::chrono::seconds(100)}});
+  absl::StatusOr<ScenarioResult> r = RunScenario(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stop_reason, "done") << Describe(*r);
+  EXPECT_EQ(r->steps.count, 3u) << Describe(*r);
+  EXPECT_EQ(r->steps.with_failures, 3u) << Describe(*r);
+  EXPECT_EQ(r->messages_completed, 6u) << Describe(*r);  // connection 2's share of each step
+  EXPECT_GT(r->messages_failed, 0u);
+  EXPECT_EQ(r->messages_completed + r->messages_failed + r->messages_not_posted, 12u);
+  EXPECT_EQ(r->data_errors, 0u);
+}
+
+TEST(Scenario_StepWorkload, WithoutStepsJsonSaysNull) {
+  absl::StatusOr<ScenarioResult> r = RunScenario(SmallConfig());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->steps.count, 0u);
+  EXPECT_THAT(ResultToJson(*r), ::testing::HasSubstr("\"step_us\":null"));
+}
+
+TEST(Scenario_Determinism, StepsPathLossAndSamplesAreDeterministic) {
+  ScenarioConfig c = SmallConfig();
+  c.physical_paths = 4;
+  c.steps = 4;
+  c.messages = 8;
+  c.path_losses.push_back({0, 0.05});
+  c.ce_marks.push_back({1, 0.5, std::nullopt});
+  c.sample_interval = std::chrono::microseconds(20);
+  absl::StatusOr<ScenarioResult> a = RunScenario(c);
+  absl::StatusOr<ScenarioResult> b = RunScenario(c);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(ResultToJson(*a), ResultToJson(*b));
+}
+
+TEST(Scenario_Samples, SamplingDoesNotChangeTheRun) {
+  ScenarioConfig c = SmallConfig();
+  c.loss = 0.02;
+  absl::StatusOr<ScenarioResult> plain = RunScenario(c);
+  c.sample_interval = std::chrono::microseconds(10);
+  absl::StatusOr<ScenarioResult> sampled = RunScenario(c);
+  ASSERT_TRUE(plain.ok() && sampled.ok());
+  EXPECT_EQ(plain->sim_time_us, sampled->sim_time_us);
+  EXPECT_EQ(plain->resent_data_packets, sampled->resent_data_packets);
+  EXPECT_EQ(plain->completion_us.p99_us, sampled->completion_us.p99_us);
+  EXPECT_TRUE(plain->path_samples.t_us.empty());
+  const PathSamples& ps = sampled->path_samples;
+  ASSERT_EQ(ps.paths.size(), 2u);
+  ASSERT_FALSE(ps.t_us.empty());
+  EXPECT_EQ(ps.t_us.front(), 0);
+  EXPECT_NEAR(ps.t_us.back(), sampled->sim_time_us, 10.0);
+  for (const PathSamples::Series& s : ps.paths) {
+    EXPECT_EQ(s.srtt_us.size(), ps.t_us.size());
+    EXPECT_EQ(s.state.size(), ps.t_us.size());
+    EXPECT_EQ(s.physical.front(), s.path);  // path i starts on physical path i
+    EXPECT_GT(s.srtt_us.back(), 0);
+  }
+}
+
+TEST(Scenario_CeMark, PersistentMarkingRaisesAlphaOnThatPathOnly) {
+  ScenarioConfig c = SmallConfig();
+  c.physical_paths = 4;
+  c.messages = 64;
+  c.ecn_threshold_bytes = c.queue_bytes;  // queues never mark: only the injection does
+  c.ce_marks.push_back({3, 1.0, std::nullopt});
+  c.sample_interval = std::chrono::microseconds(50);
+  absl::StatusOr<ScenarioResult> r = RunScenario(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectAllCompletedCleanly(*r);
+  EXPECT_GT(r->paths[3].a_to_b.ce_injected, 0u);
+  for (uint16_t p = 0; p < 3; ++p) EXPECT_EQ(r->paths[p].a_to_b.ce_injected, 0u);
+  const PathSamples& ps = r->path_samples;
+  ASSERT_EQ(ps.paths.size(), 4u);
+  EXPECT_GT(ps.paths[3].ecn_alpha.back(), 0.2) << Describe(*r);
+  for (uint16_t p = 0; p < 3; ++p) EXPECT_EQ(ps.paths[p].ecn_alpha.back(), 0) << p;
 }
 
 TEST(Scenario_Config, RefusesInvalidSettings) {
