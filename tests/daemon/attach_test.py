@@ -22,31 +22,23 @@ The applications, the daemons and the fabric are always torn down.
 usage: attach_test.py METAROCED MRCTL MRFABRIC ATTACH_PINGPONG     exit 0 pass, 1 fail, 77 skip
 """
 import grp
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import fabric_harness as harness  # noqa: E402
 
 NAME = "mrat"
 NOBODY = 65534
 
 
 def ns(host):
-    return "mrf-%s-h%d" % (NAME, host)
-
-
-class Failures(list):
-    def check(self, ok, what):
-        print("%-66s %s" % (what, "ok" if ok else "FAIL"))
-        if not ok:
-            self.append(what)
-        return ok
+    return harness.host_ns(NAME, host)
 
 
 class App:
@@ -99,25 +91,17 @@ def main():
         sys.stderr.write(__doc__)
         return 2
     metaroced, mrctl, mrfabric, pingpong_built = sys.argv[1:]
-    if os.geteuid() != 0:
-        print("skip: needs root (namespaces, XDP)")
-        return 77
-    for tool in ("ip", "nsenter", "setpriv"):
-        if shutil.which(tool) is None:
-            print("skip: no `%s`" % tool)
-            return 77
-    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-        print("skip: no `ip netns`")
-        return 77
+    if not (harness.have_root() and harness.have_tools("ip", "nsenter", "setpriv") and
+            harness.have_netns()):
+        return harness.SKIP
     try:
         grp.getgrgid(NOBODY)
     except KeyError:
         print("skip: no group %d to give the control socket to" % NOBODY)
-        return 77
+        return harness.SKIP
     group = grp.getgrgid(NOBODY).gr_name
 
-    tmp = tempfile.mkdtemp(prefix="metaroced-attach-")
-    os.chmod(tmp, 0o755)
+    tmp = harness.make_tmp("metaroced-attach-")
     # The application runs from a copy the unprivileged user can surely reach.
     pingpong = os.path.join(tmp, "attach_pingpong")
     shutil.copy(pingpong_built, pingpong)
@@ -125,48 +109,11 @@ def main():
     conf = os.path.join(tmp, "metaroced.conf")
     with open(conf, "w") as c:
         c.write("[daemon]\nsocket_group = %s\n" % group)
-    sock = {h: os.path.join(tmp, "h%d.sock" % h) for h in (0, 1)}
-    daemons, logs, apps = {}, {}, []
-    f = Failures()
-
-    def fabric(*args, check=True):
-        p = subprocess.run([mrfabric, args[0], "--name", NAME] + list(args[1:]),
-                           capture_output=True, text=True, timeout=120)
-        if check and p.returncode != 0:
-            raise RuntimeError("mrfabric %s: %s" % (args[0], (p.stderr or p.stdout).strip()))
-        return p
-
-    def log_of(h):
-        logs[h].flush()
-        logs[h].seek(0)
-        return logs[h].read().strip()[-3000:]
-
-    def ctl(h, *args):
-        return subprocess.run(["ip", "netns", "exec", ns(h), mrctl, "-s", sock[h]] + list(args),
-                              capture_output=True, text=True, timeout=60)
-
-    def ctl_json(h, *args):
-        p = ctl(h, "-j", *args)
-        if p.returncode != 0:
-            raise RuntimeError("mrctl %s: exit %d: %s" % (" ".join(args), p.returncode,
-                                                          p.stderr.strip()))
-        return json.loads(p.stdout)
-
-    def start(h):
-        logs[h] = open(os.path.join(tmp, "h%d.log" % h), "w+")
-        # nsenter, not `ip netns exec`: the latter remounts /sys, hiding bpffs from the daemon.
-        daemons[h] = subprocess.Popen(
-            ["nsenter", "--net=/run/netns/" + ns(h), metaroced, "--config", conf, "--interface",
-             "pl0,pl1", "--socket", sock[h]], stdout=logs[h], stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if daemons[h].poll() is not None:
-                raise RuntimeError("metaroced on host %d exited %d: %s" %
-                                   (h, daemons[h].returncode, log_of(h)))
-            if ctl(h, "daemon", "show").returncode == 0:
-                return
-            time.sleep(0.2)
-        raise RuntimeError("metaroced on host %d did not answer within 20 s: %s" % (h, log_of(h)))
+    fabric = harness.Fabric(mrfabric, NAME)
+    md = harness.Daemons(metaroced, mrctl, ns, tmp, config=conf, log_tail=3000)
+    sock, daemons, ctl, ctl_json, log_of = md.sock, md.procs, md.ctl, md.ctl_json, md.log_of
+    apps = []
+    f = harness.Failures(width=66)
 
     def app(h, *args):
         a = App(pingpong, h, sock[h], list(args))
@@ -204,12 +151,10 @@ def main():
                 return False
             time.sleep(0.1)
 
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    fabric("down", check=False)
+    fabric.prepare()
     try:
-        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2")
-        start(0)
-        start(1)
+        fabric.up()
+        md.start_all()
         server_addr = ctl_json(0, "link", "show")["links"][0]["address"]
         f.check(os.stat(sock[0]).st_gid == NOBODY and (os.stat(sock[0]).st_mode & 0o777) == 0o660,
                 "control socket: group %s, mode 0660" % group)
@@ -322,27 +267,15 @@ def main():
         log1 = log_of(1)
         f.check("pingpong-client" in log1 and "detached" in log1,
                 "the daemon logged the session's end")
-    except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt, OSError,
-            json.JSONDecodeError, KeyError, IndexError) as e:
-        f.append("aborted: %s" % e)
-        print("aborted: %s" % e)
-        traceback.print_exc(file=sys.stdout)
-        for h in logs:
-            print("--- metaroced host %d log:\n%s" % (h, log_of(h)))
+    except harness.ABORTS + (KeyError, IndexError) as e:
+        f.abort(e, md)
     finally:
         for a in apps:
             a.kill()
-        for p in daemons.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-        fabric("down", check=False)
+        md.kill_all()
+        fabric.down()
         shutil.rmtree(tmp, ignore_errors=True)
-    if f:
-        print("FAILED:\n  " + "\n  ".join(f))
-        return 1
-    print("all passed")
-    return 0
+    return f.finish()
 
 
 if __name__ == "__main__":

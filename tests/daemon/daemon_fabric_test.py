@@ -16,31 +16,18 @@ The fabric and the daemons are always torn down.
 
 usage: daemon_fabric_test.py METAROCED MRCTL MRFABRIC     exit 0 pass, 1 fail, 77 skip (not root)
 """
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import fabric_harness as harness  # noqa: E402
 
 NAME = "mrdt"
 PEER_OF_H0 = "198.18.0.6"  # host 1 on plane 0
-
-
-def ns(host):
-    return "mrf-%s-h%d" % (NAME, host)
-
-
-class Failures(list):
-    def check(self, ok, what):
-        print("%-66s %s" % (what, "ok" if ok else "FAIL"))
-        if not ok:
-            self.append(what)
-        return ok
 
 
 def main():
@@ -48,112 +35,24 @@ def main():
         sys.stderr.write(__doc__)
         return 2
     metaroced, mrctl, mrfabric = sys.argv[1:]
-    if os.geteuid() != 0:
-        print("skip: needs root (namespaces, XDP)")
-        return 77
-    if shutil.which("ip") is None or subprocess.run(["ip", "netns", "list"],
-                                                    capture_output=True).returncode != 0:
-        print("skip: no `ip netns`")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="metaroced-test-")
-    os.chmod(tmp, 0o755)
-    sock = {h: os.path.join(tmp, "h%d.sock" % h) for h in (0, 1)}
-    daemons = {}
-    logs = {}
-    f = Failures()
-
-    def fabric(*args, check=True):
-        p = subprocess.run([mrfabric, args[0], "--name", NAME] + list(args[1:]),
-                           capture_output=True, text=True, timeout=120)
-        if check and p.returncode != 0:
-            raise RuntimeError("mrfabric %s: %s" % (args[0], (p.stderr or p.stdout).strip()))
-        return p
-
-    def start(h):
-        logs[h] = open(os.path.join(tmp, "h%d.log" % h), "w+")
-        # nsenter, not `ip netns exec`: the latter remounts /sys, hiding bpffs from the daemon.
-        daemons[h] = subprocess.Popen(
-            ["nsenter", "--net=/run/netns/" + ns(h), metaroced, "--interface", "pl0,pl1",
-             "--socket", sock[h]], stdout=logs[h], stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if daemons[h].poll() is not None:
-                raise RuntimeError("metaroced on host %d exited %d: %s" %
-                                   (h, daemons[h].returncode, log_of(h)))
-            if ctl(h, "daemon", "show").returncode == 0:
-                return
-            time.sleep(0.2)
-        raise RuntimeError("metaroced on host %d did not answer within 20 s: %s" % (h, log_of(h)))
-
-    def log_of(h):
-        logs[h].flush()
-        logs[h].seek(0)
-        return logs[h].read().strip()[-2000:]
-
-    def ctl(h, *args, user=None):
-        cmd = [mrctl, "-s", sock[h]] + list(args)
-        if user is not None:
-            cmd = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + cmd
-        return subprocess.run(["ip", "netns", "exec", ns(h)] + cmd, capture_output=True,
-                              text=True, timeout=60)
-
-    def ctl_json(h, *args):
-        p = ctl(h, "-j", *args)
-        if p.returncode != 0:
-            raise RuntimeError("mrctl %s: exit %d: %s" % (" ".join(args), p.returncode,
-                                                          p.stderr.strip()))
-        doc = json.loads(p.stdout)
-        if doc.get("version") != 1:
-            raise RuntimeError("mrctl -j %s: no version 1 in %r" % (" ".join(args), doc))
-        return doc
+    if not (harness.have_root() and harness.have_netns()):
+        return harness.SKIP
+    fabric = harness.Fabric(mrfabric, NAME)
+    ns = fabric.ns
+    tmp = harness.make_tmp("metaroced-test-")
+    md = harness.Daemons(metaroced, mrctl, ns, tmp, json_version=1)
+    sock, daemons, ctl, ctl_json = md.sock, md.procs, md.ctl, md.ctl_json
+    f = harness.Failures(width=66)
 
     def raw(h, lines, read_lines):
-        """Sends raw lines on the control socket (inside the host's namespace is not needed: a
-        Unix socket is a file); returns the decoded response lines and whether it closed."""
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(10)
-        s.connect(sock[h])
-        try:
-            for line in lines:
-                s.sendall(line if isinstance(line, bytes) else line.encode())
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the daemon closed while we still wrote (an over-long line): read its answer
-        out, buf, closed = [], b"", False
-        while len(out) < read_lines:
-            try:
-                chunk = s.recv(65536)
-            except socket.timeout:
-                break
-            except ConnectionResetError:
-                closed = True
-                break
-            if not chunk:
-                closed = True
-                break
-            buf += chunk
-            while b"\n" in buf:
-                one, buf = buf.split(b"\n", 1)
-                out.append(json.loads(one))
-        if not closed and len(out) >= read_lines:
-            s.settimeout(0.5)
-            try:
-                closed = s.recv(1) == b""
-            except socket.timeout:
-                closed = False
-            except ConnectionResetError:
-                closed = True  # closed with our unread bytes in its buffer: a reset
-        s.close()
-        return out, closed
+        return harness.control_exchange(sock[h], lines, read_lines)
 
-    def error_code(resp):
-        return resp.get("error", {}).get("code")
+    error_code = harness.error_code
 
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    fabric("down", check=False)
+    fabric.prepare()
     try:
-        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2")
-        start(0)
-        start(1)
+        fabric.up()
+        md.start_all()
 
         d = ctl_json(0, "daemon", "show")
         f.check(d.get("protocol") == 1 and d.get("port_kind") == "af_xdp" and
@@ -261,25 +160,13 @@ def main():
                 "SIGTERM: no XDP program left on host 0's interfaces")
         f.check(not os.path.exists(sock[0]), "SIGTERM: socket file removed")
         f.check(":4793" not in listeners, "SIGTERM: control port closed")
-    except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt, OSError,
-            json.JSONDecodeError) as e:
-        f.append("aborted: %s" % e)
-        print("aborted: %s" % e)
-        traceback.print_exc(file=sys.stdout)
-        for h in logs:
-            print("--- metaroced host %d log:\n%s" % (h, log_of(h)))
+    except harness.ABORTS as e:
+        f.abort(e, md)
     finally:
-        for p in daemons.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-        fabric("down", check=False)
+        md.kill_all()
+        fabric.down()
         shutil.rmtree(tmp, ignore_errors=True)
-    if f:
-        print("FAILED:\n  " + "\n  ".join(f))
-        return 1
-    print("all passed")
-    return 0
+    return f.finish()
 
 
 if __name__ == "__main__":

@@ -22,16 +22,16 @@ The fabric and the daemons are always torn down.
 
 usage: metrics_test.py METAROCED MRCTL MRFABRIC MRPERF   exit 0 pass, 1 fail, 77 skip
 """
-import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import fabric_harness as harness  # noqa: E402
 
 NAME = "mrmx"
 PEER_OF_H0 = "198.18.0.6"  # host 1 on plane 0
@@ -64,18 +64,6 @@ sys.stdout.write(out.hex())
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def ns(host):
-    return "mrf-%s-h%d" % (NAME, host)
-
-
-class Failures(list):
-    def check(self, ok, what):
-        print("%-72s %s" % (what, "ok" if ok else "FAIL"))
-        if not ok:
-            self.append(what)
-        return ok
 
 
 class Scrape:
@@ -115,64 +103,21 @@ def main():
         sys.stderr.write(__doc__)
         return 2
     metaroced, mrctl, mrfabric, mrperf = sys.argv[1:]
-    if os.geteuid() != 0:
-        print("skip: needs root (namespaces, XDP)")
-        return 77
-    for tool in ("ip", "nsenter"):
-        if shutil.which(tool) is None:
-            print("skip: no `%s`" % tool)
-            return 77
+    if not (harness.have_root() and harness.have_tools("ip", "nsenter")):
+        return harness.SKIP
     if not os.access(PROMTOOL, os.X_OK):
         print("skip: no promtool (apt install prometheus)")
-        return 77
-    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-        print("skip: no `ip netns`")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="metaroced-metrics-")
-    os.chmod(tmp, 0o755)
-    sock = {h: os.path.join(tmp, "h%d.sock" % h) for h in (0, 1)}
-    daemons, logs, perfs = {}, {}, []
-    f = Failures()
-
-    def fabric(*args, check=True):
-        p = subprocess.run([mrfabric, args[0], "--name", NAME] + list(args[1:]),
-                           capture_output=True, text=True, timeout=120)
-        if check and p.returncode != 0:
-            raise RuntimeError("mrfabric %s: %s" % (args[0], (p.stderr or p.stdout).strip()))
-        return p
-
-    def log_of(h):
-        logs[h].flush()
-        logs[h].seek(0)
-        return logs[h].read().strip()[-3000:]
-
-    def ctl(h, *args):
-        return subprocess.run(["ip", "netns", "exec", ns(h), mrctl, "-s", sock[h]] + list(args),
-                              capture_output=True, text=True, timeout=60)
-
-    def ctl_json(h, *args):
-        p = ctl(h, "-j", *args)
-        if p.returncode != 0:
-            raise RuntimeError("mrctl %s: exit %d: %s" % (" ".join(args), p.returncode,
-                                                          p.stderr.strip()))
-        return json.loads(p.stdout)
-
-    def start(h):
-        logs[h] = open(os.path.join(tmp, "h%d.log" % h), "w+")
-        # nsenter, not `ip netns exec`: the latter remounts /sys, hiding bpffs from the daemon.
-        daemons[h] = subprocess.Popen(
-            ["nsenter", "--net=/run/netns/" + ns(h), metaroced, "--interface", "pl0,pl1",
-             "--socket", sock[h], "--metrics-listen", METRICS],
-            stdout=logs[h], stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if daemons[h].poll() is not None:
-                raise RuntimeError("metaroced on host %d exited %d: %s" %
-                                   (h, daemons[h].returncode, log_of(h)))
-            if ctl(h, "daemon", "show").returncode == 0:
-                return
-            time.sleep(0.2)
-        raise RuntimeError("metaroced on host %d did not answer within 20 s: %s" % (h, log_of(h)))
+        return harness.SKIP
+    if not harness.have_netns():
+        return harness.SKIP
+    fabric = harness.Fabric(mrfabric, NAME)
+    ns = fabric.ns
+    tmp = harness.make_tmp("metaroced-metrics-")
+    md = harness.Daemons(metaroced, mrctl, ns, tmp, extra_args=["--metrics-listen", METRICS],
+                         log_tail=3000)
+    sock, daemons, ctl, ctl_json, log_of = md.sock, md.procs, md.ctl, md.ctl_json, md.log_of
+    perfs = []
+    f = harness.Failures(width=72)
 
     def http(h, request):
         """Sends raw bytes to host h's metrics port from inside its namespace; returns
@@ -227,12 +172,10 @@ def main():
         perfs.append(p)
         return p
 
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    fabric("down", check=False)
+    fabric.prepare()
     try:
-        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2")
-        start(0)
-        start(1)
+        fabric.up()
+        md.start_all()
         f.check("metrics at http://%s/metrics" % METRICS in log_of(0),
                 "the log names the metrics address")
 
@@ -369,25 +312,13 @@ def main():
         listeners = subprocess.run(["ip", "netns", "exec", ns(0), "ss", "-ltnH"],
                                    capture_output=True, text=True).stdout
         f.check(rc == 0 and ":9469" not in listeners, "SIGTERM: exit 0, metrics port closed")
-    except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt, OSError,
-            json.JSONDecodeError, ValueError) as e:
-        f.append("aborted: %s" % e)
-        print("aborted: %s" % e)
-        traceback.print_exc(file=sys.stdout)
-        for h in logs:
-            print("--- metaroced host %d log:\n%s" % (h, log_of(h)))
+    except harness.ABORTS + (ValueError,) as e:
+        f.abort(e, md)
     finally:
-        for p in perfs + list(daemons.values()):
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-        fabric("down", check=False)
+        harness.kill_all(perfs + list(daemons.values()))
+        fabric.down()
         shutil.rmtree(tmp, ignore_errors=True)
-    if f:
-        print("FAILED:\n  " + "\n  ".join(f))
-        return 1
-    print("all passed")
-    return 0
+    return f.finish()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import fabric_harness as harness  # noqa: E402
+
 NAME = "mrpt"
 SECONDS = "3"
 
@@ -30,35 +33,25 @@ def main():
         sys.stderr.write(__doc__)
         return 2
     mrperf, mrfabric = sys.argv[1], sys.argv[2]
-    if os.geteuid() != 0:
-        print("skip: needs root (namespaces, XDP)")
-        return 77
-    if shutil.which("ip") is None or subprocess.run(["ip", "netns", "list"],
-                                                    capture_output=True).returncode != 0:
-        print("skip: no `ip netns`")
-        return 77
+    if not (harness.have_root() and harness.have_netns()):
+        return harness.SKIP
     failures = []
-
-    def fabric(*args, check=True):
-        cmd = [mrfabric, args[0], "--name", NAME] + list(args[1:])
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if check and p.returncode != 0:
-            raise RuntimeError("%s: %s" % (" ".join(cmd), (p.stderr or p.stdout).strip()))
-        return p
+    fabric = harness.Fabric(mrfabric, NAME, whole_command_in_errors=True)
+    ns = fabric.ns
 
     def run(label, test, flags, during=None, verify=True):
         tmp = tempfile.mkdtemp(prefix="mrperf-test-")
         cjson = os.path.join(tmp, "client.json")
         common = ([test, "--interface", "pl0,pl1", "-D", SECONDS, "-p", "18600"] +
                   (["--verify"] if verify else []) + flags)
-        server = subprocess.Popen(["ip", "netns", "exec", "mrf-%s-h1" % NAME, mrperf] + common,
+        server = subprocess.Popen(["ip", "netns", "exec", ns(1), mrperf] + common,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(0.5)
         side = None
         if during is not None:
             side = threading.Thread(target=during)
             side.start()
-        client = subprocess.run(["ip", "netns", "exec", "mrf-%s-h0" % NAME, mrperf] + common +
+        client = subprocess.run(["ip", "netns", "exec", ns(0), mrperf] + common +
                                 ["--out_json", cjson, "198.18.0.6"], capture_output=True,
                                 text=True, timeout=120)
         if side is not None:
@@ -127,10 +120,10 @@ def main():
         p = fabric("ping", "0", "1", "--plane", "all", "-c", "3", check=False)
         ping_ok["rc"] = p.returncode
         ping_ok["out"] = (p.stdout + p.stderr).strip()
-        srv = subprocess.Popen(["ip", "netns", "exec", "mrf-%s-h1" % NAME, "python3", "-c",
+        srv = subprocess.Popen(["ip", "netns", "exec", ns(1), "python3", "-c",
                                 tcp_server], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-        cli = subprocess.run(["ip", "netns", "exec", "mrf-%s-h0" % NAME, "python3", "-c",
+        cli = subprocess.run(["ip", "netns", "exec", ns(0), "python3", "-c",
                               tcp_client], capture_output=True, text=True, timeout=30)
         try:
             srv.wait(timeout=15)
@@ -143,13 +136,9 @@ def main():
         time.sleep(1.5)
         fabric("fault", "1", "--udp-dport", "4792", "blackhole", "on")
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-    fabric("down", check=False)
+    fabric.prepare()
     try:
-        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2")
+        fabric.up()
         run("write_bw clean (+ ping through XDP)", "write_bw", [], during=ping_during)
         if ping_ok.get("rc") != 0:
             failures.append("mrfabric ping failed while mrperf ran: %s" % ping_ok.get("out"))
@@ -178,18 +167,14 @@ def main():
         fabric("fault", "all", "clear")
         run("write_bw over --port-kind udp", "write_bw", ["--port-kind", "udp"])
         fabric("down")
-        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2", "--queues", "2")
+        fabric.up("--queues", "2")
         run("send_bw, 2 workers, 4 connections", "send_bw", ["--workers", "2", "-q", "4"])
         run("write_bw, 2 workers, 4 connections", "write_bw", ["--workers", "2", "-q", "4"])
     except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt) as e:
         failures.append("aborted: %s" % e)
     finally:
-        fabric("down", check=False)
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("all passed")
-    return 0
+        fabric.down()
+    return harness.finish(failures)
 
 
 if __name__ == "__main__":

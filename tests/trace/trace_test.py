@@ -22,16 +22,17 @@ cannot attach uprobes on this kernel).
 usage: trace_test.py METAROCED MRCTL MRPERF MRFABRIC TRACE_DIR
 (TRACE_TEST_OUTPUT_DIR=DIR keeps each script's output as DIR/NAME.out)
 """
-import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import fabric_harness as harness  # noqa: E402
 
 NAME = "mrtr"
 H0_PLANE0 = "198.18.0.2"
@@ -39,18 +40,6 @@ H1_PLANE0 = "198.18.0.6"
 SCRIPTS = ["mrpathrtt", "mrretrans", "mrrotate", "mrmsglat", "mrxskdrops"]
 ROTATED_PATH = 2
 SECONDS = 12
-
-
-def ns(host):
-    return "mrf-%s-h%d" % (NAME, host)
-
-
-class Failures(list):
-    def check(self, ok, what):
-        print("%-70s %s" % (what, "ok" if ok else "FAIL"), flush=True)
-        if not ok:
-            self.append(what)
-        return ok
 
 
 def hist_counts(text, name):
@@ -83,23 +72,20 @@ def main():
         sys.stderr.write(__doc__)
         return 2
     metaroced, mrctl, mrperf, mrfabric, trace_dir = sys.argv[1:]
-    if os.geteuid() != 0:
-        print("skip: needs root (namespaces, XDP, uprobes)")
-        return 77
+    if not harness.have_root("namespaces, XDP, uprobes"):
+        return harness.SKIP
     bpftrace = shutil.which("bpftrace")
     if bpftrace is None:
         print("skip: bpftrace is not installed")
-        return 77
-    if shutil.which("ip") is None or subprocess.run(["ip", "netns", "list"],
-                                                    capture_output=True).returncode != 0:
-        print("skip: no `ip netns`")
-        return 77
+        return harness.SKIP
+    if not harness.have_netns():
+        return harness.SKIP
     notes = subprocess.run(["readelf", "-n", metaroced], capture_output=True, text=True).stdout
     if "Provider: metaroce" not in notes:
         print("skip: %s carries no metaroce probes (built without <sys/sdt.h>)" % metaroced)
-        return 77
+        return harness.SKIP
 
-    f = Failures()
+    f = harness.Failures(width=70, flush=True)
     listed = subprocess.run([bpftrace, "-l", "usdt:%s:metaroce:*" % metaroced],
                             capture_output=True, text=True, timeout=60)
     for probe in ("packet_sent", "packet_received", "sack_gap", "retransmit", "rtt_sample",
@@ -110,50 +96,12 @@ def main():
             f.append("bpftrace -l does not list metaroce:%s" % probe)
     f.check(not f, "bpftrace -l lists every metaroce probe of metaroced")
 
-    tmp = tempfile.mkdtemp(prefix="metaroce-trace-test-")
-    os.chmod(tmp, 0o755)
-    sock = {h: os.path.join(tmp, "h%d.sock" % h) for h in (0, 1)}
-    daemons, logs, tracers, perf = {}, {}, {}, []
-
-    def fabric(*args, check=True):
-        p = subprocess.run([mrfabric, args[0], "--name", NAME] + list(args[1:]),
-                           capture_output=True, text=True, timeout=120)
-        if check and p.returncode != 0:
-            raise RuntimeError("mrfabric %s: %s" % (args[0], (p.stderr or p.stdout).strip()))
-        return p
-
-    def log_of(h):
-        logs[h].flush()
-        logs[h].seek(0)
-        return logs[h].read().strip()[-2000:]
-
-    def ctl(h, *args):
-        return subprocess.run(["ip", "netns", "exec", ns(h), mrctl, "-s", sock[h]] + list(args),
-                              capture_output=True, text=True, timeout=60)
-
-    def ctl_json(h, *args):
-        p = ctl(h, "-j", *args)
-        if p.returncode != 0:
-            raise RuntimeError("mrctl %s: exit %d: %s" % (" ".join(args), p.returncode,
-                                                          p.stderr.strip()))
-        return json.loads(p.stdout)
-
-    def start(h):
-        logs[h] = open(os.path.join(tmp, "h%d.log" % h), "w+")
-        # nsenter, not `ip netns exec`: the latter remounts /sys, hiding bpffs from the daemon.
-        # nsenter execs the daemon: Popen's pid is the daemon's, the one bpftrace -p wants.
-        daemons[h] = subprocess.Popen(
-            ["nsenter", "--net=/run/netns/" + ns(h), metaroced, "--interface", "pl0,pl1",
-             "--socket", sock[h]], stdout=logs[h], stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if daemons[h].poll() is not None:
-                raise RuntimeError("metaroced on host %d exited %d: %s" %
-                                   (h, daemons[h].returncode, log_of(h)))
-            if ctl(h, "daemon", "show").returncode == 0:
-                return
-            time.sleep(0.2)
-        raise RuntimeError("metaroced on host %d did not answer within 20 s: %s" % (h, log_of(h)))
+    fabric = harness.Fabric(mrfabric, NAME)
+    ns = fabric.ns
+    tmp = harness.make_tmp("metaroce-trace-test-")
+    md = harness.Daemons(metaroced, mrctl, ns, tmp)
+    sock, daemons, ctl_json = md.sock, md.procs, md.ctl_json
+    tracers, perf = {}, []
 
     def ring_drops(h):
         links = ctl_json(h, "stat", "show").get("links", [])
@@ -196,12 +144,10 @@ def main():
             keep.write(text)
         return p.returncode, text, err
 
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    fabric("down", check=False)
+    fabric.prepare()
     try:
-        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2")
-        start(0)
-        start(1)
+        fabric.up()
+        md.start_all()
 
         # Can this kernel and bpftrace attach a USDT probe to the daemon at all?
         probe = subprocess.run(
@@ -213,7 +159,7 @@ def main():
                                    text=True, timeout=60)
             if basic.returncode != 0 or not os.path.exists("/sys/bus/event_source/devices/uprobe"):
                 print("skip: bpftrace cannot attach here: %s" % (probe.stderr.strip()[-500:]))
-                return 77
+                return harness.SKIP
             f.check(False, "bpftrace attaches a USDT probe to metaroced: %s" %
                     probe.stderr.strip()[-500:])
             return 1
@@ -372,22 +318,10 @@ def main():
             p.kill()
             p.wait()
             out.close()
-        for p in perf:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for h, p in daemons.items():
-            if p.poll() is None:
-                p.send_signal(signal.SIGCONT)
-                p.terminate()
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        fabric("down", check=False)
-        for h in logs:
-            logs[h].close()
+        harness.kill_all(perf, timeout=None)
+        md.terminate_all(timeout=20)
+        fabric.down()
+        md.close_logs()
         if not f:
             shutil.rmtree(tmp, ignore_errors=True)
         else:

@@ -33,14 +33,16 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import fabric_harness as harness  # noqa: E402
 
 NAME = "mrws"
 PORT = 4792
 CONTROL_PORT = "18790"
-HOST_NS = ["mrf-%s-h0" % NAME, "mrf-%s-h1" % NAME]
+HOST_NS = [harness.host_ns(NAME, 0), harness.host_ns(NAME, 1)]
 SERVER_IP = "198.18.0.6"  # host 1, plane 0
 
 OPCODES = {0x01: "WRITE", 0x02: "WRITE_IMM", 0x03: "SEND", 0x04: "SEND_IMM", 0x10: "ACK",
@@ -454,13 +456,7 @@ class Capture:
 
 def traffic_test(ts, tmp, mrperf, mrfabric):
     problems = []
-
-    def fabric(*args, check=True):
-        cmd = [mrfabric, args[0], "--name", NAME] + list(args[1:])
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-        if check and p.returncode != 0:
-            raise RuntimeError("%s: %s" % (" ".join(cmd), (p.stderr or p.stdout).strip()))
-        return p
+    fabric = harness.Fabric(mrfabric, NAME, timeout=180, whole_command_in_errors=True)
 
     rotations = 0
 
@@ -498,11 +494,11 @@ def traffic_test(ts, tmp, mrperf, mrfabric):
                             (label, s["failed_ops"], s["data_errors"]))
 
     captures = []
-    fabric("down", check=False)
+    fabric.down()
     try:
-        fabric("up", "--hosts", "2", "--planes", "2", "--spines", "2")
+        fabric.up()
         for plane in (0, 1):
-            captures.append(Capture("mrf-%s-p%dl0" % (NAME, plane), "h0",
+            captures.append(Capture(harness.leaf_ns(NAME, plane), "h0",
                                     os.path.join(tmp, "plane%d.pcap" % plane)))
         mrperf_run("write_bw", "write_bw", ["-n", "60", "-s", "32768"])
         mrperf_run("write_bw --verify", "write_bw", ["-n", "60", "-s", "32768", "--verify"])
@@ -520,7 +516,7 @@ def traffic_test(ts, tmp, mrperf, mrfabric):
     finally:
         for c in captures:
             c.stop()
-        fabric("down", check=False)
+        fabric.down()
 
     seen_ops, sack_acks, retransmits, probe_replies, total = set(), 0, 0, 0, 0
     for plane, c in enumerate(captures):
@@ -567,24 +563,17 @@ def main():
         sys.stderr.write(__doc__)
         return 2
     mrperf, mrfabric, lua = sys.argv[1:]
-    if os.geteuid() != 0:
-        print("skip: needs root (namespaces, XDP, capture)")
-        return 77
+    if not harness.have_root("namespaces, XDP, capture"):
+        return harness.SKIP
     if shutil.which("tshark") is None:
         print("skip: tshark not installed")
-        return 77
-    if shutil.which("ip") is None or subprocess.run(["ip", "netns", "list"],
-                                                    capture_output=True).returncode != 0:
-        print("skip: no `ip netns`")
-        return 77
+        return harness.SKIP
+    if not harness.have_netns():
+        return harness.SKIP
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
+    harness.interrupt_on_sigterm()
     ts = Tshark(os.path.abspath(lua))
-    tmp = tempfile.mkdtemp(prefix="mrws-test-")
-    os.chmod(tmp, 0o755)  # dumpcap may drop privileges before it writes the capture
+    tmp = harness.make_tmp("mrws-test-")  # mode 0755: dumpcap may drop privileges to write
     problems = []
     try:
         problems += crafted_test(ts, tmp)
@@ -593,11 +582,7 @@ def main():
         problems.append("aborted: %s" % e)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if problems:
-        print("FAILED:\n  " + "\n  ".join(problems))
-        return 1
-    print("all passed")
-    return 0
+    return harness.finish(problems)
 
 
 if __name__ == "__main__":
