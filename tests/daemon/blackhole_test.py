@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Privileged end-to-end test: a spine blackholed under traffic through two daemons.
+
+Brings up 2 hosts x 2 planes x 4 spines and one metaroced per host, runs `mrperf write_bw
+--verify` from host 0 to host 1 through the daemons, and mid-run blackholes (MetaRoCE's UDP port
+only) the spine that most of the connection's paths cross, in both planes. Which paths are
+affected is read from the leaves' FIBs (`ip route get ... sport P dport 4792`) for the data
+(host 0 -> 1) and the ACKs (host 1 -> 0, same ports). Then checks, through `mrctl -j`:
+  - every affected path was rotated (its rotation counter and a path event with reason
+    `failed`), and no other path was (the path manager steers exactly the affected paths);
+  - after the rotations no path's route, either way, crosses the dead spine;
+  - mrperf finished with no failed operation and no data error (traffic continued).
+
+usage: blackhole_test.py METAROCED MRCTL MRFABRIC MRPERF   exit 0 pass, 1 fail, 77 skip (not root)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import fabric_harness as harness  # noqa: E402
+
+NAME = "mrbh"
+SPINES = 4
+PEER_OF_H0 = "198.18.0.6"  # host 1 on plane 0
+PERF_PORT = 18519
+SECONDS = 6
+FAULT_AFTER_S = 2.0
+SETTLE_S = 2.5  # after the fault: rotations (and re-rotations off the dead spine) are done
+
+
+def spine_of(sport, plane, sender):
+    """The spine host `sender`'s leaf forwards a MetaRoCE datagram from `sport` through."""
+    me, peer = (2, 6) if sender == 0 else (6, 2)
+    p = subprocess.run(["ip", "netns", "exec", "mrf-%s-p%dl%d" % (NAME, plane, sender), "ip",
+                        "route", "get", "198.18.%d.%d" % (plane, peer), "from",
+                        "198.18.%d.%d" % (plane, me), "iif", "h%d" % sender, "ipproto", "udp",
+                        "sport", str(sport), "dport", "4792"], capture_output=True, text=True)
+    words = p.stdout.split()
+    dev = words[words.index("dev") + 1] if "dev" in words else ""
+    if not (dev.startswith("s") and dev[1:].isdigit()):
+        raise RuntimeError("ip route get on leaf %d of plane %d: %s" %
+                           (sender, plane, (p.stderr or p.stdout).strip()))
+    return int(dev[1:])
+
+
+def spines_of(path):
+    """The spines a path's data and ACKs cross."""
+    return {spine_of(path["src_port"], path["plane"], 0),
+            spine_of(path["src_port"], path["plane"], 1)}
+
+
+def main():
+    if len(sys.argv) != 5:
+        sys.stderr.write(__doc__)
+        return 2
+    metaroced, mrctl, mrfabric, mrperf = sys.argv[1:]
+    if not (harness.have_root() and harness.have_netns()):
+        return harness.SKIP
+    fabric = harness.Fabric(mrfabric, NAME)
+    ns = fabric.ns
+    tmp = harness.make_tmp("metaroced-blackhole-")
+    md = harness.Daemons(metaroced, mrctl, ns, tmp, json_version=1)
+    ctl_json = md.ctl_json
+    f = harness.Failures(width=72)
+    state = {}
+    procs = []
+
+    def fault():
+        try:
+            conns = [c for c in ctl_json(0, "conn", "show")["connections"]
+                     if c.get("owner") != "daemon"]
+            state["conn"] = conns[0]["id"]
+            paths = ctl_json(0, "path", "show", str(state["conn"]))["paths"]
+            state["before"] = paths
+            crossing = {p["path_id"]: spines_of(p) for p in paths}
+            # The spine most paths cross: the test is never vacuous.
+            spine = max(range(SPINES), key=lambda s: sum(s in c for c in crossing.values()))
+            state["spine"] = spine
+            state["affected"] = {pid for pid, c in crossing.items() if spine in c}
+            fabric("fault", str(spine), "--udp-dport", "4792", "blackhole", "on")
+            time.sleep(SETTLE_S)
+            state["after"] = ctl_json(0, "path", "show", str(state["conn"]))["paths"]
+            state["events"] = ctl_json(0, "path", "events", str(state["conn"]))["events"]
+        except harness.ABORTS + (KeyError, IndexError, ValueError) as e:
+            state["error"] = "%s: %s" % (type(e).__name__, e)
+
+    fabric.prepare()
+    try:
+        fabric.up("--spines", str(SPINES))
+        md.start_all()
+        common = ["write_bw", "-p", str(PERF_PORT), "-D", str(SECONDS), "--verify",
+                  "--report_gbits"]
+        server = subprocess.Popen(["ip", "netns", "exec", ns(1), mrperf] + common +
+                                  ["--daemon-socket", md.sock[1]], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+        procs.append(server)
+        time.sleep(0.7)
+        out_json = os.path.join(tmp, "client.json")
+        timer = threading.Timer(FAULT_AFTER_S, fault)
+        timer.start()
+        client = subprocess.run(["ip", "netns", "exec", ns(0), mrperf] + common +
+                                ["--daemon-socket", md.sock[0], "--out_json", out_json,
+                                 PEER_OF_H0], capture_output=True, text=True,
+                                timeout=120 + 4 * SECONDS)
+        timer.join()
+        server.wait(timeout=30)
+        if "error" in state:
+            raise RuntimeError("during the fault: " + state["error"])
+        with open(out_json) as fh:
+            summary = json.load(fh).get("summary", {})
+
+        spine, affected = state["spine"], state["affected"]
+        before = {p["path_id"]: p for p in state["before"]}
+        after = {p["path_id"]: p for p in state["after"]}
+        rotated = {pid for pid, p in after.items() if p["rotations"] > before[pid]["rotations"]}
+        failed_events = {e["path_id"] for e in state["events"]
+                         if e.get("kind") == "rotation" and e.get("reason") == "failed"}
+        print("spine %d blackholed; affected paths %s, rotated %s" %
+              (spine, sorted(affected), sorted(rotated)))
+        f.check(affected and affected <= rotated and affected <= failed_events,
+                "every affected path rotated (counter and event, reason failed)")
+        f.check(rotated <= affected, "no unaffected path rotated")
+        still = sorted(pid for pid, p in after.items() if spine in spines_of(p))
+        f.check(not still, "afterwards no path crosses spine %d either way%s" %
+                (spine, "" if not still else " (still: %s)" % still))
+        f.check(client.returncode == 0 and summary.get("failed_ops") == 0 and
+                summary.get("data_errors") == 0,
+                "mrperf through the daemons: no failed operation, no data error")
+    except harness.ABORTS + (KeyError, IndexError, ValueError) as e:
+        f.abort(e, md)
+    finally:
+        harness.kill_all(procs)
+        md.kill_all()
+        fabric.down()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return f.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
