@@ -4,8 +4,8 @@
 Brings up 2 hosts x 2 planes x 4 spines and one metaroced per host, runs `mrperf write_bw
 --verify` from host 0 to host 1 through the daemons, and mid-run blackholes (MetaRoCE's UDP port
 only) the spine that most of the connection's paths cross, in both planes. Which paths are
-affected is read from the leaves' FIBs (`ip route get ... sport P dport 4792`) for the data
-(host 0 -> 1) and the ACKs (host 1 -> 0, same ports). Then checks, through `mrctl -j`:
+affected is read from the leaves' FIBs (`mrfabric route`) for the data (host 0 -> 1) and the
+ACKs (host 1 -> 0, same ports). Then checks, through `mrctl -j`:
   - every affected path was rotated (its rotation counter and a path event with reason
     `failed`), and no other path was (the path manager steers exactly the affected paths);
   - after the rotations no path's route, either way, crosses the dead spine;
@@ -33,27 +33,6 @@ FAULT_AFTER_S = 2.0
 SETTLE_S = 2.5  # after the fault: rotations (and re-rotations off the dead spine) are done
 
 
-def spine_of(sport, plane, sender):
-    """The spine host `sender`'s leaf forwards a MetaRoCE datagram from `sport` through."""
-    me, peer = (2, 6) if sender == 0 else (6, 2)
-    p = subprocess.run(["ip", "netns", "exec", "mrf-%s-p%dl%d" % (NAME, plane, sender), "ip",
-                        "route", "get", "198.18.%d.%d" % (plane, peer), "from",
-                        "198.18.%d.%d" % (plane, me), "iif", "h%d" % sender, "ipproto", "udp",
-                        "sport", str(sport), "dport", "4792"], capture_output=True, text=True)
-    words = p.stdout.split()
-    dev = words[words.index("dev") + 1] if "dev" in words else ""
-    if not (dev.startswith("s") and dev[1:].isdigit()):
-        raise RuntimeError("ip route get on leaf %d of plane %d: %s" %
-                           (sender, plane, (p.stderr or p.stdout).strip()))
-    return int(dev[1:])
-
-
-def spines_of(path):
-    """The spines a path's data and ACKs cross."""
-    return {spine_of(path["src_port"], path["plane"], 0),
-            spine_of(path["src_port"], path["plane"], 1)}
-
-
 def main():
     if len(sys.argv) != 5:
         sys.stderr.write(__doc__)
@@ -70,6 +49,22 @@ def main():
     state = {}
     procs = []
 
+    def crossing(paths):
+        """path id -> the spines its data (host 0 -> 1) and ACKs (1 -> 0, same ports) cross."""
+        out = {p["path_id"]: set() for p in paths}
+        for src in (0, 1):
+            args = ["route", str(src), str(1 - src), "--dport", "4792", "-j"]
+            for p in paths:
+                args += ["--sport", str(p["src_port"])]
+            doc = json.loads(fabric(*args).stdout)
+            spine = {(pl["plane"], e["sport"]): e["spine"] for pl in doc["planes"]
+                     for e in pl["ports"]}
+            for p in paths:
+                if spine[(p["plane"], p["src_port"])] is None:
+                    raise RuntimeError("mrfabric route: no spine for port %d" % p["src_port"])
+                out[p["path_id"]].add(spine[(p["plane"], p["src_port"])])
+        return out
+
     def fault():
         try:
             conns = [c for c in ctl_json(0, "conn", "show")["connections"]
@@ -77,11 +72,11 @@ def main():
             state["conn"] = conns[0]["id"]
             paths = ctl_json(0, "path", "show", str(state["conn"]))["paths"]
             state["before"] = paths
-            crossing = {p["path_id"]: spines_of(p) for p in paths}
+            crosses = crossing(paths)
             # The spine most paths cross: the test is never vacuous.
-            spine = max(range(SPINES), key=lambda s: sum(s in c for c in crossing.values()))
+            spine = max(range(SPINES), key=lambda s: sum(s in c for c in crosses.values()))
             state["spine"] = spine
-            state["affected"] = {pid for pid, c in crossing.items() if spine in c}
+            state["affected"] = {pid for pid, c in crosses.items() if spine in c}
             fabric("fault", str(spine), "--udp-dport", "4792", "blackhole", "on")
             # The daemon keeps a connection's last 1024 events, and paths flapping between
             # active and suspect on this shared machine can fill that in a few seconds: read
@@ -135,7 +130,7 @@ def main():
         f.check(affected and affected <= rotated and affected <= failed_events,
                 "every affected path rotated (counter and event, reason failed)")
         f.check(rotated <= affected, "no unaffected path rotated")
-        still = sorted(pid for pid, p in after.items() if spine in spines_of(p))
+        still = sorted(pid for pid, c in crossing(list(after.values())).items() if spine in c)
         f.check(not still, "afterwards no path crosses spine %d either way%s" %
                 (spine, "" if not still else " (still: %s)" % still))
         f.check(client.returncode == 0 and summary.get("failed_ops") == 0 and

@@ -124,6 +124,13 @@ def main():
             expect(pl["route_get_agrees"] == len(pl["ports"]),
                    f"port map plane {pl['plane']}: ip route get agrees "
                    f"({pl['route_get_agrees']}/{len(pl['ports'])})")
+            # `route` answers from the same FIB: for every port, the spine the probes measured.
+            args = ["route", "--name", NAME, "0", "1", "--plane", str(pl["plane"]), "-j"]
+            for e in pl["ports"]:
+                args += ["--sport", str(e["sport"])]
+            routed = json.loads(mrf(*args).stdout)["planes"][0]["ports"]
+            expect([r["spine"] for r in routed] == [e["spine"] for e in pl["ports"]],
+                   f"route plane {pl['plane']}: the measured spine for every port")
         # The mapping is a function of the seed: a second look gives the same spine.
         for pl in (0, 1):
             ports = probe(pl, count=2)
