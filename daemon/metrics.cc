@@ -29,6 +29,7 @@ constexpr CounterHelp kConnectionCounterHelp[] = {
     {"gap_retransmits", "Retransmissions triggered by a SACK gap."},
     {"timeout_retransmits", "Retransmissions triggered by a probe timeout (tail loss)."},
     {"rerouted_packets", "Retransmissions moved off a failed path."},
+    {"hedged_packets", "Retransmissions copied off an overtaken path to a live one."},
     {"duplicate_request", "Received data packets that had been received already."},
     {"out_of_window", "Received packets beyond the SACK window (dropped)."},
     {"bad_token", "Packets dropped for a wrong connection token."},

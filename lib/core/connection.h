@@ -46,6 +46,7 @@ struct ConnectionCounters {
   uint64_t gap_retransmits = 0;      // ... of which triggered by a SACK gap
   uint64_t timeout_retransmits = 0;  // ... of which by a probe timeout (tail loss)
   uint64_t rerouted_packets = 0;     // ... of which moved off a failed path
+  uint64_t hedged_packets = 0;       // ... of which copied off an overtaken path (sent)
   uint64_t duplicate_request = 0;    // received data packets that were already received
   uint64_t out_of_window = 0;        // received PSNs beyond the SACK window (dropped)
   uint64_t bad_token = 0;            // packets dropped for a wrong connection token

@@ -13,13 +13,14 @@ namespace metaroce::core {
 
 using ConnectionCounterField = std::pair<std::string_view, uint64_t ConnectionCounters::*>;
 
-inline constexpr std::array<ConnectionCounterField, 21> kConnectionCounterFields = {{
+inline constexpr std::array<ConnectionCounterField, 22> kConnectionCounterFields = {{
     {"sent_pkts", &ConnectionCounters::sent_pkts},
     {"rcvd_pkts", &ConnectionCounters::rcvd_pkts},
     {"retransmits", &ConnectionCounters::retransmits},
     {"gap_retransmits", &ConnectionCounters::gap_retransmits},
     {"timeout_retransmits", &ConnectionCounters::timeout_retransmits},
     {"rerouted_packets", &ConnectionCounters::rerouted_packets},
+    {"hedged_packets", &ConnectionCounters::hedged_packets},
     {"duplicate_request", &ConnectionCounters::duplicate_request},
     {"out_of_window", &ConnectionCounters::out_of_window},
     {"bad_token", &ConnectionCounters::bad_token},

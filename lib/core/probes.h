@@ -74,6 +74,7 @@ inline constexpr int kRetransmitTimeout = 1;  // [R5] probe timeout: tail loss p
 inline constexpr int kRetransmitGoBackN = 2;  // [B1] go-back-N resend
 inline constexpr int kRetransmitRnr = 3;      // [M5] RNR wait over
 inline constexpr int kRetransmitReroute = 4;  // [R5] moved off a failed path
+inline constexpr int kRetransmitHedge = 5;    // [R5b] copied off an overtaken path
 
 // timer_fired: which timer.
 inline constexpr int kTimerPathTimeout = 0;   // a path's probe timeout (PTO)

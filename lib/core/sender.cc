@@ -43,7 +43,9 @@ uint64_t SplitMix64(uint64_t& state) {
 
 }  // namespace
 
-Sender::Sender(Connection& conn) : conn_(conn), cfg_(conn.config_), rng_state_(cfg_.seed) {
+Sender::Sender(Connection& conn)
+    : conn_(conn), cfg_(conn.config_), rng_state_(cfg_.seed),
+      plane_progress_(cfg_.plane_count, Instant{0}) {
   const CongestionParams cc = CongestionFrom(cfg_);
   paths_.reserve(cfg_.path_count);
   for (uint16_t i = 0; i < cfg_.path_count; ++i) {
@@ -115,16 +117,18 @@ bool Sender::OrderedCompletion() const {
 
 bool Sender::Usable(const SenderPath& p) const { return p.state == PathState::kActive; }
 
-bool Sender::NextPacket(Instant now, PacketRef* out) {
-  // Data moved off a failed path goes first [R5].
+bool Sender::NextPacket(Instant now, PacketRef* out, const Reroute** queued) {
+  // Data moved off a failed path [R5] or hedged off an overtaken one [R5b] goes first.
+  *queued = nullptr;
   while (!reroute_.empty()) {
-    const PacketRef ref = reroute_.front();
+    const PacketRef ref = reroute_.front().ref;
     const OutboundMessage* m = Find(ref.msg_seq);
     if (m == nullptr || m->done || m->IsAcked(ref.index)) {
       reroute_.pop_front();
       continue;
     }
     *out = ref;
+    *queued = &reroute_.front();
     return true;
   }
   for (;;) {
@@ -168,18 +172,27 @@ uint32_t Sender::Window(const SenderPath& p) const {
   return p.window_hint == 0 ? cwnd : std::min(cwnd, std::max(p.window_hint, cfg_.mtu));
 }
 
-SenderPath* Sender::PickPath(uint32_t bytes) {
+SenderPath* Sender::PickPath(uint32_t bytes, const Reroute* queued) {
   if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
     return nullptr;
   }
+  const bool hedge = queued != nullptr && queued->hedge;
   const uint16_t n = cfg_.profile.spray == SprayPolicy::kSinglePath ? 1 : cfg_.path_count;
-  for (uint16_t i = 0; i < n; ++i) {
-    const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + i) % n);
-    SenderPath& p = paths_[idx];
-    if (!Usable(p) || p.gbn_resending || p.outstanding() >= wire::kSackBits) continue;
-    if (p.inflight_bytes > 0 && p.inflight_bytes + bytes > Window(p)) continue;
-    rr_cursor_ = static_cast<uint16_t>((idx + 1) % n);
-    return &p;
+  // A hedge tries its own plane first: progress there is what lets the overtaken path's
+  // expiries count [R5a], and it leaves the other planes' share of the load alone.
+  for (int pass = hedge ? 0 : 1; pass < 2; ++pass) {
+    for (uint16_t i = 0; i < n; ++i) {
+      const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + i) % n);
+      SenderPath& p = paths_[idx];
+      if (!Usable(p) || p.gbn_resending || p.outstanding() >= wire::kSackBits) continue;
+      if (p.inflight_bytes > 0 && p.inflight_bytes + bytes > Window(p)) continue;
+      if (hedge && (p.id == queued->from_path ||
+                    (pass == 0 && p.plane != paths_[queued->from_path].plane))) {
+        continue;
+      }
+      rr_cursor_ = static_cast<uint16_t>((idx + 1) % n);
+      return &p;
+    }
   }
   return nullptr;
 }
@@ -195,27 +208,28 @@ void Sender::Pump(Instant now) {
     p.gbn_resending = false;
   }
   PacketRef ref;
-  while (!failed_ && NextPacket(now, &ref)) {
+  const Reroute* queued = nullptr;
+  while (!failed_ && NextPacket(now, &ref, &queued)) {
     OutboundMessage* m = Find(ref.msg_seq);
     const uint32_t bytes = PacketBytes(*m, ref.index);
     if (cfg_.profile.placement == PlacementPolicy::kReorderBuffer &&
         !WithinReorderWindow(m->stream_offset + uint64_t{ref.index} * cfg_.mtu + bytes)) {
       return;
     }
-    SenderPath* path = PickPath(bytes);
+    SenderPath* path = PickPath(bytes, queued);
     if (path == nullptr) return;
-    const bool rerouted = !reroute_.empty() && reroute_.front().msg_seq == ref.msg_seq &&
-                          reroute_.front().index == ref.index;
-    if (rerouted) {
+    if (queued != nullptr) {
+      const Reroute moved = *queued;
       reroute_.pop_front();
+      SendNew(now, *path, ref, &moved);
     } else {
       ++m->next_to_send;
+      SendNew(now, *path, ref, nullptr);
     }
-    SendNew(now, *path, ref, rerouted);
   }
 }
 
-void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, bool rerouted) {
+void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, const Reroute* queued) {
   const uint32_t psn = path.next_psn++;
   SentPacket& e = path.at(psn);
   e = SentPacket{};
@@ -223,12 +237,14 @@ void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, bool rerouted
   e.bytes = PacketBytes(*Find(ref.msg_seq), ref.index);
   path.inflight_bytes += e.bytes;
   inflight_bytes_ += e.bytes;
-  if (!Transmit(now, path, psn, rerouted, true)) return;
-  if (rerouted) {
-    MR_PROBE5(retransmit, cfg_.local_conn_id, path.id, psn, probe::kRetransmitReroute,
+  if (!Transmit(now, path, psn, queued != nullptr, true)) return;
+  if (queued != nullptr) {
+    MR_PROBE5(retransmit, cfg_.local_conn_id, path.id, psn,
+              queued->hedge ? probe::kRetransmitHedge : probe::kRetransmitReroute,
               e.transmissions);
     ++path.stats.retransmits;
     ++conn_.counters_.retransmits;
+    if (queued->hedge) ++conn_.counters_.hedged_packets;
   }
   if (path.pto_deadline == kNever) ArmPto(now, path);
 }
@@ -500,6 +516,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
 
   if (t.packets > 0) {
     last_progress_ = now;
+    plane_progress_[path.plane] = now;
     path.timeouts_without_progress = 0;
     path.overtaken = false;
     if (path.state == PathState::kSuspect) {
@@ -675,20 +692,35 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
   }
 }
 
+void Sender::Hedge(Instant now, SenderPath& path) {
+  for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn); ++psn) {
+    SentPacket& e = path.at(psn);
+    if (e.acked || e.hedged || e.rnr_until > now) continue;
+    const OutboundMessage* m = Find(e.ref.msg_seq);
+    if (m == nullptr || m->done || m->IsAcked(e.ref.index)) continue;
+    e.hedged = true;
+    reroute_.push_back(Reroute{e.ref, path.id, true});
+  }
+}
+
 void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerPathTimeout);
   if (path.outstanding() == 0) {
     path.pto_deadline = kNever;
     return;
   }
+  // [R5b] Whatever the expiry proves, the data units waiting on an overtaken path get a second
+  // chance on a live one: its messages complete, and the application's next ones give the
+  // path's siblings fresh evidence.
+  if (path.overtaken) Hedge(now, path);
   // [R5a] An overtaken path's timer runs at its expected delay, which a stall of the peer or of
-  // the network as a whole would also exceed: it counts only if some path made progress since
-  // the previous expiry, or no other path has anything outstanding (nothing to compare with:
-  // the sender waits on this path alone). Otherwise back to the ordinary timer. Several paths
-  // silent at once count as a general stall, even if they are all overtaken: on a software
-  // fabric a plane's routers stall as a whole, and rotating every path of that plane for it
-  // would be the storm the hysteresis is there to prevent.
-  if (path.overtaken && last_progress_ <= path.last_timeout_at &&
+  // the network as a whole would also exceed: it counts only if some path of its plane made
+  // progress since the previous expiry, or no other path has anything outstanding (nothing to
+  // compare with: the sender waits on this path alone). Otherwise back to the ordinary timer.
+  // A plane whose paths are all silent at once is stalled as a whole (on a software fabric its
+  // routers are descheduled together), and rotating every path of it would be the storm the
+  // hysteresis is there to prevent; a dead spine silences only the paths that cross it.
+  if (path.overtaken && plane_progress_[path.plane] <= path.last_timeout_at &&
       std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
         return &p != &path && p.outstanding() > 0 && p.state != PathState::kFailed;
       })) {
@@ -752,7 +784,7 @@ void Sender::FailPath(Instant now, SenderPath& path, PathEventReason reason) {
     inflight_bytes_ -= e.bytes;
     const OutboundMessage* m = Find(e.ref.msg_seq);
     if (m != nullptr && !m->done && !m->IsAcked(e.ref.index)) {
-      reroute_.push_back(e.ref);
+      reroute_.push_back(Reroute{e.ref, path.id, false});
       ++conn_.counters_.rerouted_packets;
     }
   }

@@ -58,7 +58,16 @@ struct SentPacket {
   uint32_t bytes = 0;
   uint8_t transmissions = 0;
   bool acked = false;
+  bool hedged = false;   // [R5b] its data unit was also queued for another path
   Instant rnr_until{0};  // after an RNR NAK: do not retransmit before this
+};
+
+// A data unit waiting for a new transmission on another path: moved off a failed path [R5], or
+// hedged off an overtaken one [R5b], which keeps its PSN there as well.
+struct Reroute {
+  PacketRef ref;
+  uint16_t from_path = 0;
+  bool hedge = false;
 };
 
 // The requester's view of one logical path.
@@ -129,14 +138,18 @@ class Sender {
 
  private:
   OutboundMessage* Find(uint32_t msg_seq);
-  bool NextPacket(Instant now, PacketRef* out);
+  // The next data unit to send: the reroute queue's front (then *queued points at it), else the
+  // next one never sent (*queued null).
+  bool NextPacket(Instant now, PacketRef* out, const Reroute** queued);
   // Reorder-buffer baseline [B2]: may a packet ending at stream position `end` be sent without
   // overrunning the responder's buffer?
   bool WithinReorderWindow(uint64_t end) const;
-  SenderPath* PickPath(uint32_t bytes);
+  // A usable path whose window takes `bytes` more, round robin. A hedge [R5b] avoids its own
+  // path and prefers its plane.
+  SenderPath* PickPath(uint32_t bytes, const Reroute* queued);
   uint32_t PacketBytes(const OutboundMessage& m, uint32_t index) const;
-  // `rerouted`: data moved off a failed path, sent as a retransmission on its new path.
-  void SendNew(Instant now, SenderPath& path, PacketRef ref, bool rerouted);
+  // `queued`: data moved or hedged off another path, sent as a retransmission on its new path.
+  void SendNew(Instant now, SenderPath& path, PacketRef ref, const Reroute* queued);
   bool OrderedCompletion() const;
   enum class Why : uint8_t { kGap, kTimeout, kGoBackN, kRnr };
   void Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why);
@@ -157,6 +170,8 @@ class Sender {
   void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);
   void OnPathTimeout(Instant now, SenderPath& path);
   void CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent);
+  // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
+  void Hedge(Instant now, SenderPath& path);
   Duration OvertakenTimeout(const SenderPath& path, const SenderPath* than) const;
   uint32_t FailAfter(const SenderPath& path) const;  // expiries without progress before failing
   void FailPath(Instant now, SenderPath& path, PathEventReason reason);
@@ -181,7 +196,7 @@ class Sender {
   uint32_t next_recv_seq_ = 0;
   uint64_t next_stream_offset_ = 0;
   uint32_t segment_seq_ = 0;              // message being segmented
-  std::deque<PacketRef> reroute_;         // data moved off failed paths [R5]
+  std::deque<Reroute> reroute_;           // data moved off failed [R5] or overtaken [R5b] paths
   std::deque<std::pair<uint16_t, uint32_t>> rnr_waits_;  // (path, psn) retried at rnr_until
   uint16_t rr_cursor_ = 0;
   uint64_t inflight_bytes_ = 0;
@@ -189,6 +204,7 @@ class Sender {
   double rotation_tokens_ = 0;            // [R7] rate limit; full at the first rotation
   Instant rotation_tokens_at_ = kNever;   // last refill (kNever: the bucket is untouched)
   Instant last_progress_{0};
+  std::vector<Instant> plane_progress_;  // [R5a] latest ACK with progress on a path of each plane
   Instant rnr_resume_at_ = kNever;  // earliest end of an RNR pause of some message
   bool failed_ = false;
 };

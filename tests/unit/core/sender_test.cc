@@ -477,9 +477,10 @@ TEST(Sender_Health, FailedPathReroutesRotatesProbesAndComesBack) {
 // t=0. Path 0's packet sent at 40 us is acknowledged while path 1's oldest packet (sent at 0) is
 // overdue by more than the paths' difference in delay allows (0) plus the reorder allowance (its
 // srtt before a sample, 10 us) and the ACK delay (4 us): its timeout is pulled forward to one
-// ACK delay later. From then on, while path 0 waits for nothing, path 1's timer runs at its
-// expected delay (10 + 10 + 4 us), and the expiry that reaches fail_after_overtaken fails the
-// path, long before the floor.
+// ACK delay later. That expiry sends the tail-loss probe and [R5b] hedges path 1's two data
+// units on path 0. From then on path 1's timer runs at its expected delay (10 + 10 + 4 us), and
+// its expiries count while path 0 makes progress; the one that reaches fail_after_overtaken
+// fails the path, long before the floor.
 std::unique_ptr<Requester> PathOneOvertaken(uint32_t fail_after_overtaken = 3) {
   ConnectionConfig c = RequesterConfig(2);
   c.min_probe_timeout = std::chrono::milliseconds(10);
@@ -496,28 +497,36 @@ std::unique_ptr<Requester> PathOneOvertaken(uint32_t fail_after_overtaken = 3) {
   r->Feed(At(50 * kUs), Requester::Ack(0, 2, 1));
   EXPECT_EQ(r->conn.NextDeadline(), At(54 * kUs));
   r->RunTimersUntil(At(54 * kUs));
-  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX"));
+  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX",
+                                    "path 0 WRITE psn 2 msg 0 off 1024 len 1024 ACK_REQ RETX",
+                                    "path 0 WRITE psn 3 msg 2 off 0 len 1024 ACK_REQ RETX"));
   EXPECT_EQ(r->conn.path_stats(1).state, PathState::kSuspect);
+  EXPECT_EQ(r->conn.counters().hedged_packets, 2u);
   return r;
 }
 
 TEST(Sender_Health, APathOvertakenBySiblingsTimesOutWithoutWaitingForTheFloor) {
   std::unique_ptr<Requester> r = PathOneOvertaken(/*fail_after_overtaken=*/3);
+  // [R5b] the hedges arrive: every message is complete while path 1 is still Suspect.
+  r->Feed(At(60 * kUs), Requester::Ack(0, 4, 3));
+  EXPECT_THAT(r->CompletedIds(), ElementsAre(2, 1, 3));
   EXPECT_EQ(r->conn.NextDeadline(), At(78 * kUs));
-  r->RunTimersUntil(At(78 * kUs));
-  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX"));
+  r->RunTimersUntil(At(78 * kUs));  // its data is home: the tail-loss probe is a FILLER [R8]
+  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 0 ACK_REQ RETX FILLER"));
   EXPECT_EQ(r->conn.NextDeadline(), At(102 * kUs));
   r->RunTimersUntil(At(102 * kUs));  // the third expiry fails the path (§6.1 step 4)
   EXPECT_THAT(r->Events(), ElementsAre("path 1 active->suspect timeout @54us",
                                        "path 1 suspect->failed failed @102us",
                                        "path 1 rotated failed @102us",
                                        "path 1 failed->probing failed @102us"));
+  EXPECT_EQ(r->conn.counters().rerouted_packets, 0u);  // nothing was left to move
 }
 
 // [R5a] With fail_after_overtaken 2 (the default is 3), the second expiry of an overtaken path
 // fails it; a blind timeout would need fail_after_timeouts (3).
 TEST(Sender_Health, AnOvertakenPathCanFailAfterFewerExpiries) {
   std::unique_ptr<Requester> r = PathOneOvertaken(/*fail_after_overtaken=*/2);
+  r->Feed(At(60 * kUs), Requester::Ack(0, 4, 3));
   r->RunTimersUntil(At(78 * kUs));
   EXPECT_THAT(r->Events(), ElementsAre("path 1 active->suspect timeout @54us",
                                        "path 1 suspect->failed failed @78us",
@@ -525,42 +534,101 @@ TEST(Sender_Health, AnOvertakenPathCanFailAfterFewerExpiries) {
                                        "path 1 failed->probing failed @78us"));
 }
 
-// [R5a] Two paths of three silent at once, the live one drained: that looks like a general
-// stall (a plane's routers stall as a whole on a software fabric), so after the first expiry
-// both fall back to the ordinary timer rather than fail on their short ones.
-TEST(Sender_Health, SeveralSilentPathsAreAStallNotSeveralFailures) {
-  ConnectionConfig c = RequesterConfig(3);
+// Four paths on two planes (even paths on plane 0), a probe-timeout floor of 10 ms. One message
+// puts psn 0 on each path at t=0; only paths `live_a` and `live_b` acknowledge it, at 10 us.
+std::unique_ptr<Requester> FourPathsOnTwoPlanes(uint16_t live_a, uint16_t live_b) {
+  ConnectionConfig c = RequesterConfig(4);
+  c.plane_count = 2;
   c.min_probe_timeout = std::chrono::milliseconds(10);
-  Requester r(c);
-  r.PostWrite(At(0 * kUs), 1, 3 * kMtu);  // psn 0 on each path
-  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
-  r.PostWrite(At(40 * kUs), 2, kMtu);
-  EXPECT_THAT(r.Log(), Contains(StartsWith("path 0 WRITE psn 1 msg 1")));
+  auto r = std::make_unique<Requester>(c);
+  r->PostWrite(At(0 * kUs), 1, 4 * kMtu);
+  r->Feed(At(10 * kUs), Requester::Ack(live_a, 1, 0));
+  r->Feed(At(10 * kUs), Requester::Ack(live_b, 1, 0));
+  return r;
+}
+
+// [R5a] Paths 1 and 2 die at once, one on each plane, and each plane still has a live path:
+// each dead path fails at the overtaken pace, together, on its plane sibling's progress. Their
+// data is hedged on that sibling [R5b].
+TEST(Sender_Health, SeveralDeadPathsFailTogetherWhileTheirPlanesDeliver) {
+  std::unique_ptr<Requester> rp = FourPathsOnTwoPlanes(0, 3);
+  Requester& r = *rp;
+  r.PostWrite(At(40 * kUs), 2, 4 * kMtu);  // psn 1 on each path
+  r.sink.Clear();
   r.Feed(At(50 * kUs), Requester::Ack(0, 2, 1));
+  r.Feed(At(50 * kUs), Requester::Ack(3, 2, 1));
+  r.RunTimersUntil(At(54 * kUs));
+  std::set<std::string> hedges;
+  for (const RecordedPacket& p : r.sink.packets()) {
+    if (wire::IsData(p.packet.opcode) && (p.packet.path_id == 0 || p.packet.path_id == 3)) {
+      hedges.insert(std::to_string(p.packet.path_id) + ":" + std::to_string(p.packet.data.msg_seq) +
+                    "/" + std::to_string(p.packet.data.offset));
+    }
+  }
+  r.sink.Clear();
+  // Path 1 (plane 1) hedges on path 3, path 2 (plane 0) on path 0.
+  EXPECT_THAT(hedges,
+              ::testing::UnorderedElementsAre("3:0/1024", "3:1/1024", "0:0/2048", "0:1/2048"));
+  // The hedges and fresh data arrive on both live paths between the dead paths' expiries.
+  r.Feed(At(64 * kUs), Requester::Ack(0, 4, 3));
+  r.Feed(At(64 * kUs), Requester::Ack(3, 4, 3));
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(1, 2));
+  r.PostWrite(At(70 * kUs), 3, 2 * kMtu);  // to the Active paths 0 and 3
+  r.RunTimersUntil(At(78 * kUs));
+  r.Feed(At(80 * kUs), Requester::Ack(0, 5, 4));
+  r.Feed(At(80 * kUs), Requester::Ack(3, 5, 4));
+  r.RunTimersUntil(At(102 * kUs));
+  EXPECT_EQ(r.conn.path_stats(1).state, PathState::kProbing);
+  EXPECT_EQ(r.conn.path_stats(2).state, PathState::kProbing);
+  EXPECT_EQ(r.conn.path_stats(1).rotations, 1u);
+  EXPECT_EQ(r.conn.path_stats(2).rotations, 1u);
+  EXPECT_EQ(r.conn.path_stats(0).rotations + r.conn.path_stats(3).rotations, 0u);
+}
+
+// [R5a] Plane 1's paths (1 and 3) fall silent together while plane 0 keeps delivering: a plane
+// stalled as a whole (on a software fabric its routers are descheduled together), not two
+// failures. Both are overtaken and hedged, but their expiries do not count without progress on
+// their own plane: after the first they fall back to the ordinary timer.
+TEST(Sender_Health, APlaneSilentAsAWholeIsAStallNotSeveralFailures) {
+  std::unique_ptr<Requester> rp = FourPathsOnTwoPlanes(0, 2);
+  Requester& r = *rp;
+  r.PostWrite(At(40 * kUs), 2, 2 * kMtu);  // psn 1 on paths 0 and 2
+  r.Feed(At(50 * kUs), Requester::Ack(0, 2, 1));
+  r.Feed(At(50 * kUs), Requester::Ack(2, 2, 1));
   r.RunTimersUntil(At(54 * kUs));
   EXPECT_EQ(r.conn.path_stats(1).state, PathState::kSuspect);
-  EXPECT_EQ(r.conn.path_stats(2).state, PathState::kSuspect);
-  r.RunTimersUntil(At(1000 * kUs));
-  EXPECT_EQ(r.conn.path_stats(1).rotations + r.conn.path_stats(2).rotations, 0u);
+  EXPECT_EQ(r.conn.path_stats(3).state, PathState::kSuspect);
+  // Plane 0 keeps delivering (the hedges included) every 10 us.
+  for (int t = 60; t <= 1000; t += 10) {
+    r.RunTimersUntil(At(t * kUs));
+    const uint32_t next0 = r.conn.path_stats(0).tx_packets, next2 = r.conn.path_stats(2).tx_packets;
+    r.Feed(At(t * kUs), Requester::Ack(0, next0, next0 - 1));
+    r.Feed(At(t * kUs), Requester::Ack(2, next2, next2 - 1));
+  }
+  EXPECT_EQ(r.conn.path_stats(1).rotations + r.conn.path_stats(3).rotations, 0u);
   EXPECT_EQ(r.conn.path_stats(1).timeouts, 1u);
+  EXPECT_EQ(r.conn.path_stats(3).timeouts, 1u);
   EXPECT_GT(r.conn.NextDeadline(), At(10000 * kUs));
+  // Plane 0 carried the hedged data home.
+  EXPECT_THAT(r.CompletedIds(), ::testing::UnorderedElementsAre(1, 2));
 }
 
 // [R5a] While another path has packets outstanding and nothing at all makes progress (the peer
-// or the network stalls as a whole), the overtaken path's short timer proves nothing: it falls
-// back to the ordinary timer. New evidence from a sibling brings it back.
+// or the network stalls as a whole; here path 0 holds the hedges), the overtaken path's short
+// timer proves nothing: it falls back to the ordinary timer. New evidence from a sibling brings
+// it back.
 TEST(Sender_Health, AnOvertakenPathsShortTimerNeedsProgressElsewhere) {
   std::unique_ptr<Requester> r = PathOneOvertaken();
   r->PostWrite(At(60 * kUs), 4, kMtu);  // path 1 is Suspect: to path 0, which then waits too
-  EXPECT_THAT(r->Log(), ElementsAre(StartsWith("path 0 WRITE psn 2")));
+  EXPECT_THAT(r->Log(), ElementsAre(StartsWith("path 0 WRITE psn 4")));
   r->RunTimersUntil(At(78 * kUs));
   EXPECT_THAT(r->Log(), IsEmpty());
   EXPECT_EQ(r->conn.path_stats(1).timeouts, 1u);
   EXPECT_GT(r->conn.NextDeadline(), At(1000 * kUs));
-  r->Feed(At(90 * kUs), Requester::Ack(0, 3, 2));  // path 0's packet of 60 us arrived
+  r->Feed(At(90 * kUs), Requester::Ack(0, 5, 4));  // path 0's packets up to 60 us arrived
   EXPECT_EQ(r->conn.NextDeadline(), At(94 * kUs));
   r->RunTimersUntil(At(94 * kUs));
-  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ RETX"));
+  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 0 ACK_REQ RETX FILLER"));
   EXPECT_EQ(r->conn.path_stats(1).timeouts, 2u);
 }
 
