@@ -15,45 +15,6 @@ namespace {
 constexpr MetricType kCounter = MetricType::kCounter;
 constexpr MetricType kGauge = MetricType::kGauge;
 
-// Help of each connection counter (lib/core/connection.h), by its name in
-// core::kConnectionCounterFields. A counter the core adds without an entry here is still
-// exported, with a generic help (the unit test asks for an entry).
-struct CounterHelp {
-  absl::string_view name;
-  absl::string_view help;
-};
-constexpr CounterHelp kConnectionCounterHelp[] = {
-    {"sent_pkts", "Data packets sent, retransmissions included."},
-    {"rcvd_pkts", "Data packets accepted."},
-    {"retransmits", "Data packets sent again (gap, timeout, go-back-N, reroute)."},
-    {"gap_retransmits", "Retransmissions triggered by a SACK gap."},
-    {"timeout_retransmits", "Retransmissions triggered by a probe timeout (tail loss)."},
-    {"rerouted_packets", "Retransmissions moved off a failed path."},
-    {"hedged_packets", "Retransmissions copied off an overtaken path to a live one."},
-    {"duplicate_request", "Received data packets that had been received already."},
-    {"out_of_window", "Received packets beyond the SACK window (dropped)."},
-    {"bad_token", "Packets dropped for a wrong connection token."},
-    {"bad_path", "Packets dropped for a path id out of range."},
-    {"reorder_drops", "Reorder-buffer baseline: packets dropped for lack of room."},
-    {"seq_err_naks_sent", "Go-back-N: out-of-order packets refused with a NAK."},
-    {"rcvd_rnr_err", "RNR NAKs received."},
-    {"rnr_naks_sent", "RNR NAKs sent (no receive posted)."},
-    {"access_naks_sent", "Remote access error NAKs sent."},
-    {"acks_sent", "ACKs sent."},
-    {"acks_rcvd", "ACKs received."},
-    {"probes_sent", "PROBE packets sent."},
-    {"retry_exceeded_err", "Work requests failed with RETRY_EXC_ERR."},
-    {"messages_completed", "Requester: send work requests completed successfully."},
-    {"messages_received", "Responder: messages fully placed."},
-};
-
-std::string ConnectionCounterHelp(absl::string_view name) {
-  for (const CounterHelp& h : kConnectionCounterHelp) {
-    if (h.name == name) return std::string(h.help);
-  }
-  return absl::StrCat("Connection counter ", name, " (lib/core/connection.h).");
-}
-
 double Seconds(core::Duration d) { return std::chrono::duration<double>(d).count(); }
 
 using Family = PrometheusText::Family;
@@ -278,10 +239,11 @@ void Connections(const MetricsSnapshot& s, PrometheusText& t) {
   Family& state = t.Declare("metaroce_connection_state", kGauge,
                             "1 for the connection's state (ready or error), 0 for the other.");
   std::vector<Family*> counters;
-  for (const auto& [name, member] : core::kConnectionCounterFields) {
-    const absl::string_view n(name.data(), name.size());
-    counters.push_back(&t.Declare(absl::StrCat("metaroce_connection_", n, "_total"), kCounter,
-                                  ConnectionCounterHelp(n)));
+  for (const core::ConnectionCounterField& f : core::kConnectionCounterFields) {
+    const absl::string_view name(f.name.data(), f.name.size());
+    const absl::string_view meaning(f.meaning.data(), f.meaning.size());
+    counters.push_back(
+        &t.Declare(absl::StrCat("metaroce_connection_", name, "_total"), kCounter, meaning));
   }
   Family& outstanding = t.Declare("metaroce_connection_outstanding_sends", kGauge,
                                   "Send work requests posted and not yet completed.");
@@ -332,7 +294,7 @@ void Connections(const MetricsSnapshot& s, PrometheusText& t) {
     state.Add({{"conn", conn}, {"state", "error"}}, uint64_t{ready ? 0u : 1u});
     const Labels id = {{"conn", conn}};
     for (size_t i = 0; i < counters.size(); ++i) {
-      counters[i]->Add(id, c.stats.counters.*core::kConnectionCounterFields[i].second);
+      counters[i]->Add(id, c.stats.counters.*core::kConnectionCounterFields[i].member);
     }
     outstanding.Add(id, static_cast<uint64_t>(c.stats.outstanding_sends));
     receives.Add(id, static_cast<uint64_t>(c.stats.posted_receives));

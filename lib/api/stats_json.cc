@@ -98,14 +98,14 @@ absl::StatusOr<core::PathStats> PathStatsFromJson(const Json& q) {
 
 Json CountersJson(const core::ConnectionCounters& c) {
   Json j = Json::MakeObject();
-  for (const auto& [name, member] : core::kConnectionCounterFields) j[name] = c.*member;
+  for (const auto& f : core::kConnectionCounterFields) j[f.name] = c.*f.member;
   return j;
 }
 
 void AddCounters(const core::ConnectionCounters& c, Json& sum) {
-  for (const auto& [name, member] : core::kConnectionCounterFields) {
-    Json& v = sum[name];
-    v = v.AsUint().value_or(0) + c.*member;
+  for (const auto& f : core::kConnectionCounterFields) {
+    Json& v = sum[f.name];
+    v = v.AsUint().value_or(0) + c.*f.member;
   }
 }
 
@@ -174,8 +174,8 @@ absl::StatusOr<ConnectionStats> ConnectionStatsFromJson(const Json& j) {
   if (counters == nullptr || !counters->is_object()) {
     return Missing(kWhere, "counters", "an object");
   }
-  for (const auto& [key, member] : core::kConnectionCounterFields) {
-    if (absl::Status c = ReadUint(*counters, key, "counters", s.counters.*member); !c.ok()) {
+  for (const auto& f : core::kConnectionCounterFields) {
+    if (absl::Status c = ReadUint(*counters, f.name, "counters", s.counters.*f.member); !c.ok()) {
       return c;
     }
   }

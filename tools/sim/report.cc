@@ -141,7 +141,7 @@ void WriteCountMap(JsonWriter& w, std::string_view key, const std::map<std::stri
 
 void WriteCounters(JsonWriter& w, std::string_view key, const core::ConnectionCounters& c) {
   w.BeginObject(key);
-  for (const auto& [name, field] : core::kConnectionCounterFields) w.Field(name, c.*field);
+  for (const auto& f : core::kConnectionCounterFields) w.Field(f.name, c.*f.member);
   w.EndObject();
 }
 

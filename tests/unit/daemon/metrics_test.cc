@@ -300,11 +300,12 @@ TEST(Metrics, KernelUdpPortsHaveNoRingHealthSeries) {
 
 TEST(Metrics, EveryConnectionCounterWithItsOwnHelp) {
   const std::string text = RenderMetrics(MadeUpSnapshot());
-  for (const auto& [name, member] : core::kConnectionCounterFields) {
-    const std::string family = absl::StrCat("metaroce_connection_", std::string(name), "_total");
-    EXPECT_THAT(text, HasSubstr("# TYPE " + family + " counter\n")) << name;
-    EXPECT_THAT(text, Not(HasSubstr("# HELP " + family + " Connection counter")))
-        << name << ": add its help to kConnectionCounterHelp (daemon/metrics.cc)";
+  for (const core::ConnectionCounterField& f : core::kConnectionCounterFields) {
+    const std::string family = "metaroce_connection_" + std::string(f.name) + "_total";
+    EXPECT_THAT(text, HasSubstr("# TYPE " + family + " counter\n")) << f.name;
+    EXPECT_FALSE(f.meaning.empty()) << f.name << ": say what it counts (lib/core/counter_fields.h)";
+    EXPECT_THAT(text, HasSubstr("# HELP " + family + " " + std::string(f.meaning) + "\n"))
+        << f.name;
   }
   EXPECT_THAT(text, HasSubstr("metaroce_connection_sent_pkts_total{conn=\"1\"} 123\n"));
   EXPECT_THAT(text, HasSubstr("metaroce_connection_retransmits_total{conn=\"1\"} 4\n"));
