@@ -46,6 +46,20 @@ core::WcStatus RefusalStatus(const absl::Status& s) {
   }
 }
 
+// The core's entry point and the refusal's completion opcode for each kind of work request.
+absl::Status Post(core::Connection& c, core::Instant now, const core::RecvWorkRequest& wr) {
+  return c.PostRecv(now, wr);
+}
+absl::Status Post(core::Connection& c, core::Instant now, const core::SendWorkRequest& wr) {
+  return c.PostSend(now, wr);
+}
+core::WcOpcode RefusalOpcode(const core::RecvWorkRequest&) { return core::WcOpcode::kRecv; }
+core::WcOpcode RefusalOpcode(const core::SendWorkRequest& wr) {
+  return wr.opcode == core::WrOpcode::kSend || wr.opcode == core::WrOpcode::kSendWithImm
+             ? core::WcOpcode::kSend
+             : core::WcOpcode::kRdmaWrite;
+}
+
 }  // namespace
 
 core::Instant MonotonicNow() {
@@ -150,12 +164,14 @@ bool Worker::RunOnce() {
   // application requests; those this receive phase produces wait for the next iteration.
   const size_t held = held_acks_.size();
   core::Instant now = MonotonicNow();
-  work += DrainReceives(now);
+  // Posted receives enter the core before the loop's packets, so that a receive posted before a
+  // Send arrived matches it (ibv_post_recv is effective at once).
+  work += DrainRing(now, &ConnectionChannel::recvs, &OwnedConnection::recv_blocked);
   holding_acks_ = options_.defer_receive_acks;
   work += ReceiveFromPorts(now);
   work += ReceiveHandoffs(now);
   holding_acks_ = false;
-  work += DrainSends(now);
+  work += DrainRing(now, &ConnectionChannel::sends, &OwnedConnection::send_blocked);
   if (held > 0) {
     FlushPorts();  // the application's packets go first
     work += ReleaseHeldAcks(held);
@@ -367,51 +383,21 @@ bool Worker::PushCompletion(OwnedConnection& oc, const core::Completion& c) {
   return true;
 }
 
-size_t Worker::DrainReceives(core::Instant now) {
+template <typename Wr>
+size_t Worker::DrainRing(core::Instant now, SpscRing<Wr> ConnectionChannel::*ring,
+                         bool OwnedConnection::*blocked) {
   size_t total = 0;
-  const uint32_t budget = options_.commands_per_loop;
   for (auto& [id, oc] : owned_) {
-    ConnectionChannel& ch = *oc.channel;
-    oc.recv_blocked = false;
-    for (uint32_t i = 0; i < budget; ++i) {
-      const core::RecvWorkRequest* front = ch.recvs.Front();
+    SpscRing<Wr>& requests = oc.channel.get()->*ring;
+    oc.*blocked = false;
+    for (uint32_t i = 0; i < options_.commands_per_loop; ++i) {
+      const Wr* front = requests.Front();
       if (front == nullptr) break;
       // A copy: the producer may be another process writing the slot while the core checks it.
-      const core::RecvWorkRequest wr = *front;
-      const absl::Status s = oc.conn->PostRecv(now, wr);
+      const Wr wr = *front;
+      const absl::Status s = Post(*oc.conn, now, wr);
       if (absl::IsResourceExhausted(s)) {
-        oc.recv_blocked = true;  // stays in the ring until the core has room
-        break;
-      }
-      if (!s.ok()) {
-        core::Completion c;
-        c.wr_id = wr.wr_id;
-        c.status = RefusalStatus(s);
-        c.opcode = core::WcOpcode::kRecv;
-        c.conn_id = id;
-        if (!PushCompletion(oc, c)) break;  // retried when the application polls
-        ++stats_.commands_refused;
-      }
-      ch.recvs.PopFront();
-      ++total;
-    }
-  }
-  return total;
-}
-
-size_t Worker::DrainSends(core::Instant now) {
-  size_t total = 0;
-  const uint32_t budget = options_.commands_per_loop;
-  for (auto& [id, oc] : owned_) {
-    ConnectionChannel& ch = *oc.channel;
-    oc.send_blocked = false;
-    for (uint32_t i = 0; i < budget; ++i) {
-      const core::SendWorkRequest* front = ch.sends.Front();
-      if (front == nullptr) break;
-      const core::SendWorkRequest wr = *front;  // as above
-      const absl::Status s = oc.conn->PostSend(now, wr);
-      if (absl::IsResourceExhausted(s)) {
-        oc.send_blocked = true;
+        oc.*blocked = true;  // stays in the ring until the core has room
         break;
       }
       if (!s.ok()) {
@@ -419,14 +405,12 @@ size_t Worker::DrainSends(core::Instant now) {
         core::Completion c;
         c.wr_id = wr.wr_id;
         c.status = RefusalStatus(s);
-        c.opcode = (wr.opcode == core::WrOpcode::kSend || wr.opcode == core::WrOpcode::kSendWithImm)
-                       ? core::WcOpcode::kSend
-                       : core::WcOpcode::kRdmaWrite;
+        c.opcode = RefusalOpcode(wr);
         c.conn_id = id;
-        if (!PushCompletion(oc, c)) break;
+        if (!PushCompletion(oc, c)) break;  // retried when the application polls
         ++stats_.commands_refused;
       }
-      ch.sends.PopFront();
+      requests.PopFront();
       ++total;
     }
   }

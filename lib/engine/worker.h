@@ -232,11 +232,13 @@ class Worker {
   size_t DrainBacklogs();
   size_t ReceiveFromPorts(core::Instant now);
   size_t ReceiveHandoffs(core::Instant now);
-  // Posted receives into the core: before the loop's packets are received, so that a receive
-  // posted before a Send arrived matches it (ibv_post_recv is effective at once).
-  size_t DrainReceives(core::Instant now);
-  // Posted sends into the core (transmits what their windows allow).
-  size_t DrainSends(core::Instant now);
+  // Moves the work requests of one application ring (`ring`: sends or receives) of every owned
+  // connection into the core, up to commands_per_loop each. One the core has no room for stays
+  // in the ring and sets `blocked` (HasPendingWork then waits for the core); one it refuses
+  // completes at once with the reason. Returns how many left the rings.
+  template <typename Wr>
+  size_t DrainRing(core::Instant now, SpscRing<Wr> ConnectionChannel::*ring,
+                   bool OwnedConnection::*blocked);
   void DeliverCompletions(OwnedConnection& oc);
   void DeliverEvents(OwnedConnection& oc);
   void FlushPorts();

@@ -391,6 +391,26 @@ TEST(Engine_Refusal, BadLkeyCompletesWithLocProtErr) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].wr_id, 42u);
   EXPECT_EQ(c[0].status, core::WcStatus::kLocProtErr);
+  EXPECT_EQ(c[0].opcode, core::WcOpcode::kSend);
+  EXPECT_EQ(t.a->Stats()[0].commands_refused, 1u);
+  EXPECT_TRUE(t.a->DestroyConnection(7).ok());
+  EXPECT_TRUE(t.b->DestroyConnection(7).ok());
+}
+
+// The same for a receive: it completes as a receive, with the reason.
+TEST(Engine_Refusal, ReceiveWithBadLkeyCompletesWithLocProtErr) {
+  TwoEngines t(1);
+  auto [ca, cb] = t.Connect(7, 7);
+  core::RecvWorkRequest wr;
+  wr.wr_id = 43;
+  wr.local = {0x1000, 16, 0xdeadbeef};
+  ASSERT_TRUE(ca->recvs.TryPush(wr));
+  t.a->Wake(0);
+  auto c = t.Collect(*t.cq_a, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].wr_id, 43u);
+  EXPECT_EQ(c[0].status, core::WcStatus::kLocProtErr);
+  EXPECT_EQ(c[0].opcode, core::WcOpcode::kRecv);
   EXPECT_EQ(t.a->Stats()[0].commands_refused, 1u);
   EXPECT_TRUE(t.a->DestroyConnection(7).ok());
   EXPECT_TRUE(t.b->DestroyConnection(7).ok());
