@@ -69,6 +69,43 @@ Setter RealSetter(absl::string_view flag, std::function<void(double, CommandLine
   };
 }
 
+// One item of a PATH:VALUE list: a path id and a finite real.
+bool ParsePathValue(absl::string_view item, uint16_t* path, double* value) {
+  std::vector<absl::string_view> parts = absl::StrSplit(item, ':');
+  uint32_t p = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &p) || p > UINT16_MAX ||
+      !absl::SimpleAtod(parts[1], value) || !std::isfinite(*value)) {
+    return false;
+  }
+  *path = static_cast<uint16_t>(p);
+  return true;
+}
+
+// T1-T2 in microseconds of simulated time.
+bool ParseWindow(absl::string_view text, TimeWindow* window) {
+  std::vector<absl::string_view> span = absl::StrSplit(text, '-');
+  double begin = 0, end = 0;
+  if (span.size() != 2 || !absl::SimpleAtod(span[0], &begin) || !absl::SimpleAtod(span[1], &end)) {
+    return false;
+  }
+  *window = TimeWindow{Instant{0} + FromMicros(begin), Instant{0} + FromMicros(end)};
+  return true;
+}
+
+// A flag whose value is a comma-separated list of PATH:VALUE (`example` shows one).
+Setter PathValueListSetter(absl::string_view flag, absl::string_view example,
+                           std::function<void(uint16_t, double, CommandLine&)> apply) {
+  return [flag, example, apply](absl::string_view v, CommandLine& out) -> absl::Status {
+    for (absl::string_view item : absl::StrSplit(v, ',')) {
+      uint16_t path = 0;
+      double value = 0;
+      if (!ParsePathValue(item, &path, &value)) return BadValue(flag, v, example);
+      apply(path, value, out);
+    }
+    return absl::OkStatus();
+  };
+}
+
 absl::StatusOr<bool> ParseBool(absl::string_view flag, absl::string_view v) {
   if (v == "true" || v == "1" || v == "yes") return true;
   if (v == "false" || v == "0" || v == "no") return false;
@@ -142,19 +179,10 @@ const std::vector<FlagSpec>& Flags() {
       {"rate-gbps", "GBPS", "line rate of every link (default 100)",
        RealSetter("rate-gbps", [](double x, CommandLine& out) { out.config.rate_gbps = x; })},
       {"slow", "P:GBPS[,...]", "override the rate of path P (both directions)",
-       [](absl::string_view v, CommandLine& out) -> absl::Status {
-         for (absl::string_view item : absl::StrSplit(v, ',')) {
-           std::vector<absl::string_view> parts = absl::StrSplit(item, ':');
-           uint32_t path = 0;
-           double rate = 0;
-           if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &path) || path > UINT16_MAX ||
-               !absl::SimpleAtod(parts[1], &rate)) {
-             return BadValue("slow", v, "PATH:GBPS, e.g. 0:25");
-           }
-           out.config.slow_paths.push_back({static_cast<uint16_t>(path), rate});
-         }
-         return absl::OkStatus();
-       }},
+       PathValueListSetter("slow", "PATH:GBPS, e.g. 0:25",
+                           [](uint16_t path, double rate, CommandLine& out) {
+                             out.config.slow_paths.push_back({path, rate});
+                           })},
       {"delay-us", "US", "one-way propagation delay (default 2)",
        RealSetter("delay-us", [](double x, CommandLine& out) { out.config.delay = FromMicros(x); })},
       {"queue-kb", "KIB", "output queue per link, tail drop beyond (default 512)",
@@ -177,42 +205,22 @@ const std::vector<FlagSpec>& Flags() {
        RealSetter("ack-loss", [](double x, CommandLine& out) { out.config.ack_loss = x; })},
       {"path-loss", "P:PROB[,...]",
        "loss probability of physical path P, both directions (overrides --loss, --ack-loss there)",
-       [](absl::string_view v, CommandLine& out) -> absl::Status {
-         for (absl::string_view item : absl::StrSplit(v, ',')) {
-           std::vector<absl::string_view> parts = absl::StrSplit(item, ':');
-           uint32_t path = 0;
-           double prob = 0;
-           if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &path) || path > UINT16_MAX ||
-               !absl::SimpleAtod(parts[1], &prob) || !std::isfinite(prob)) {
-             return BadValue("path-loss", v, "PATH:PROB, e.g. 0:0.01");
-           }
-           out.config.path_losses.push_back({static_cast<uint16_t>(path), prob});
-         }
-         return absl::OkStatus();
-       }},
+       PathValueListSetter("path-loss", "PATH:PROB, e.g. 0:0.01",
+                           [](uint16_t path, double prob, CommandLine& out) {
+                             out.config.path_losses.push_back({path, prob});
+                           })},
       {"ce-mark", "P:PROB[@T1-T2][,...]",
        "CE-mark data packets of path P with probability PROB (in [T1,T2) us; default whole run)",
        [](absl::string_view v, CommandLine& out) -> absl::Status {
          for (absl::string_view item : absl::StrSplit(v, ',')) {
            const absl::Status bad = BadValue("ce-mark", v, "PATH:PROB[@T1-T2], e.g. 0:1@1000-9000");
            std::vector<absl::string_view> at = absl::StrSplit(item, '@');
-           if (at.size() > 2) return bad;
-           std::vector<absl::string_view> parts = absl::StrSplit(at[0], ':');
-           uint32_t path = 0;
-           double prob = 0;
-           if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &path) || path > UINT16_MAX ||
-               !absl::SimpleAtod(parts[1], &prob) || !std::isfinite(prob)) {
-             return bad;
-           }
-           CeMarking m{static_cast<uint16_t>(path), prob, std::nullopt};
+           CeMarking m;
+           if (at.size() > 2 || !ParsePathValue(at[0], &m.path, &m.probability)) return bad;
            if (at.size() == 2) {
-             std::vector<absl::string_view> span = absl::StrSplit(at[1], '-');
-             double begin = 0, end = 0;
-             if (span.size() != 2 || !absl::SimpleAtod(span[0], &begin) ||
-                 !absl::SimpleAtod(span[1], &end)) {
-               return bad;
-             }
-             m.window = TimeWindow{Instant{0} + FromMicros(begin), Instant{0} + FromMicros(end)};
+             TimeWindow window;
+             if (!ParseWindow(at[1], &window)) return bad;
+             m.window = window;
            }
            out.config.ce_marks.push_back(m);
          }
@@ -222,17 +230,13 @@ const std::vector<FlagSpec>& Flags() {
        [](absl::string_view v, CommandLine& out) -> absl::Status {
          for (absl::string_view item : absl::StrSplit(v, ',')) {
            std::vector<absl::string_view> at = absl::StrSplit(item, '@');
-           if (at.size() != 2) return BadValue("blackhole", v, "PATH@T1-T2, e.g. 0@1000-3000");
-           std::vector<absl::string_view> span = absl::StrSplit(at[1], '-');
            uint32_t path = 0;
-           double begin = 0, end = 0;
-           if (span.size() != 2 || !absl::SimpleAtoi(at[0], &path) || path > UINT16_MAX ||
-               !absl::SimpleAtod(span[0], &begin) || !absl::SimpleAtod(span[1], &end)) {
+           TimeWindow window;
+           if (at.size() != 2 || !absl::SimpleAtoi(at[0], &path) || path > UINT16_MAX ||
+               !ParseWindow(at[1], &window)) {
              return BadValue("blackhole", v, "PATH@T1-T2, e.g. 0@1000-3000");
            }
-           out.config.blackholes.push_back(
-               {static_cast<uint16_t>(path),
-                TimeWindow{Instant{0} + FromMicros(begin), Instant{0} + FromMicros(end)}});
+           out.config.blackholes.push_back({static_cast<uint16_t>(path), window});
          }
          return absl::OkStatus();
        }},

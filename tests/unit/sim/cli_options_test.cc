@@ -99,6 +99,14 @@ TEST(CliOptions_Errors, NameTheFlag) {
   EXPECT_THAT(Parse({"--loss=1.5"}).status().message(), HasSubstr("--loss"));
   EXPECT_THAT(Parse({"--paths=2", "--slow=3:10"}).status().message(), HasSubstr("--slow"));
   EXPECT_THAT(Parse({"--blackhole=0@5-1"}).status().message(), HasSubstr("--blackhole"));
+  // The PATH:VALUE and T1-T2 forms the list flags share.
+  EXPECT_THAT(Parse({"--slow=1"}).status().message(), HasSubstr("PATH:GBPS"));
+  EXPECT_THAT(Parse({"--slow=1:inf"}).status().message(), HasSubstr("PATH:GBPS"));
+  EXPECT_THAT(Parse({"--slow=70000:10"}).status().message(), HasSubstr("PATH:GBPS"));
+  EXPECT_THAT(Parse({"--path-loss=0:0.1:2"}).status().message(), HasSubstr("PATH:PROB"));
+  EXPECT_THAT(Parse({"--blackhole=0@1"}).status().message(), HasSubstr("PATH@T1-T2"));
+  EXPECT_THAT(Parse({"--blackhole=0@1-x"}).status().message(), HasSubstr("PATH@T1-T2"));
+  EXPECT_THAT(Parse({"--ce-mark=0@1-2"}).status().message(), HasSubstr("PATH:PROB[@T1-T2]"));
   EXPECT_THAT(Parse({"positional"}).status().message(), HasSubstr("unexpected argument"));
 }
 
