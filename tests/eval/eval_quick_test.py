@@ -82,6 +82,16 @@ def main():
                        "step_metaroce_spine_loss_1_ordered.json", "tel_blackhole.json",
                        "tel_ce_mark.json", "tel_slow.json"):
             expect(needed in run_files, "run %s present" % needed)
+        # The telemetry runs show what they are there to show: the blackholed path fails and is
+        # rotated with no message lost to it.
+        if "tel_blackhole.json" in run_files:
+            bh = json.load(open(os.path.join(runs, "tel_blackhole.json")))
+            events = bh.get("path_events", {})
+            expect(events.get("port_rotations", 0) >= 1 and
+                   events.get("by_reason", {}).get("failed", 0) >= 1,
+                   "tel_blackhole: the blackholed path failed and was rotated (%r)" % events)
+            expect(bh.get("messages_failed") == 0 and bh.get("messages_completed", 0) > 0,
+                   "tel_blackhole: every message completed")
 
         # Plots: a script, data and non-empty SVG each; labelled axes and a title.
         plots = os.path.join(out, "plots")
