@@ -9,6 +9,7 @@
 #include <span>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -206,9 +207,10 @@ absl::StatusOr<Json> ConnectionManager::Add(const Json& params) {
   api::ConnectOptions o;
   {
     absl::MutexLock lock(&mu_);
-    if (table_.size() >= options_.limits.max_connections) {
+    if (table_.size() + adding_ >= options_.limits.max_connections) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "connection limit reached: max_connections ", options_.limits.max_connections));
+          "connection limit reached: max_connections ", options_.limits.max_connections,
+          adding_ > 0 ? absl::StrCat(" (", adding_, " being set up)") : ""));
     }
     if (*paths < 1 || *paths > options_.limits.max_paths) {
       return absl::ResourceExhaustedError(absl::StrCat("paths ", *paths, " is outside 1..",
@@ -220,7 +222,13 @@ absl::StatusOr<Json> ConnectionManager::Add(const Json& params) {
     }
     o.tuning = options_.tuning;
     o.timeout = options_.exchange_timeout;
+    ++adding_;
   }
+  // Counted until it is in the table (Insert) or has failed.
+  absl::Cleanup added = [this] {
+    absl::MutexLock lock(&mu_);
+    --adding_;
+  };
   o.send_cq = o.recv_cq = cq_.get();
   o.path_count = static_cast<uint16_t>(*paths);
   o.profile = *profile;

@@ -128,6 +128,7 @@ class ConnectionManager {
   uint16_t bound_port_ = 0;
   mutable absl::Mutex mu_;
   std::map<uint32_t, std::unique_ptr<ManagedConnection>> table_ ABSL_GUARDED_BY(mu_);
+  size_t adding_ ABSL_GUARDED_BY(mu_) = 0;  // conn.add exchanges under way (they run in parallel)
   std::unique_ptr<api::CompletionQueue> cq_;  // shared: daemon-made connections post no work
   std::unique_ptr<api::Listener> listener_;
   std::atomic<bool> stop_{false};

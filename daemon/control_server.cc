@@ -139,6 +139,20 @@ std::vector<gid_t> ParseStatusGroups(absl::string_view proc_status) {
 
 // ---- the server -------------------------------------------------------------------------------
 
+namespace {
+
+// Closes a request's descriptors its handler did not take, and reply descriptors not sent.
+void CloseDescriptors(ClientInfo& info) {
+  for (int fd : info.fds) {
+    if (fd >= 0) close(fd);
+  }
+  for (int fd : info.reply_fds) close(fd);
+  info.fds.clear();
+  info.reply_fds.clear();
+}
+
+}  // namespace
+
 struct ControlServer::Client {
   uint64_t id = 0;
   int fd = -1;
@@ -155,15 +169,16 @@ struct ControlServer::Client {
   bool closing = false;        // no more reading; close once `out` is written (or linger ends)
   absl::Time close_by = absl::InfiniteFuture();
   bool dead = false;
+  bool waiting = false;  // a request's handler runs on its own thread: not polled meanwhile
 };
 
 ControlServer::ControlServer(ControlServerOptions options) : options_(std::move(options)) {}
 
 ControlServer::~ControlServer() { Stop(); }
 
-void ControlServer::Register(std::string method, ControlHandler handler) {
+void ControlServer::Register(std::string method, ControlHandler handler, HandlerThread where) {
   absl::MutexLock lock(&handlers_mu_);
-  handlers_[std::move(method)] = std::move(handler);
+  handlers_[std::move(method)] = Registered{std::move(handler), where};
 }
 
 void ControlServer::Unregister(absl::string_view method) {
@@ -171,10 +186,11 @@ void ControlServer::Unregister(absl::string_view method) {
   if (auto it = handlers_.find(method); it != handlers_.end()) handlers_.erase(it);
 }
 
-ControlHandler ControlServer::FindHandler(absl::string_view method) {
+std::optional<ControlServer::Registered> ControlServer::FindHandler(absl::string_view method) {
   absl::MutexLock lock(&handlers_mu_);
   auto it = handlers_.find(method);
-  return it == handlers_.end() ? ControlHandler() : it->second;
+  if (it == handlers_.end()) return std::nullopt;
+  return it->second;
 }
 
 void ControlServer::Log(LogLevel level, absl::string_view message) {
@@ -301,6 +317,13 @@ void ControlServer::Stop() {
     [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
     thread_.join();
   }
+  JoinOwnThreads();
+  {
+    // Answers nobody will read: only their descriptors need closing.
+    absl::MutexLock lock(&finished_mu_);
+    for (Finished& f : finished_) CloseDescriptors(f.info);
+    finished_.clear();
+  }
   for (auto& c : clients_) CloseClient(*c);
   clients_.clear();
   client_count_.store(0);
@@ -330,6 +353,7 @@ void ControlServer::Loop() {
     fds.push_back({listen_fd_, POLLIN, 0});
     absl::Time next_deadline = absl::InfiniteFuture();
     for (auto& c : clients_) {
+      if (c->waiting) continue;  // TakeFinished resumes it
       short events = c->closing ? 0 : POLLIN;
       if (!c->out.empty()) events |= POLLOUT;
       fds.push_back({c->fd, events, 0});
@@ -347,6 +371,11 @@ void ControlServer::Loop() {
       absl::SleepFor(absl::Milliseconds(10));
     }
     if (stop_.load()) break;
+    if (n > 0 && (fds[0].revents & POLLIN)) {
+      uint64_t count = 0;
+      [[maybe_unused]] ssize_t r = read(wake_fd_, &count, sizeof(count));
+      TakeFinished();
+    }
     if (n > 0) {
       for (size_t i = 0; i < owners.size(); ++i) {
         Client& c = *owners[i];
@@ -364,7 +393,7 @@ void ControlServer::Loop() {
     }
     const absl::Time now = absl::Now();
     for (auto& c : clients_) {
-      if (c->closing && (c->out.empty() || now >= c->close_by)) c->dead = true;
+      if (c->closing && !c->waiting && (c->out.empty() || now >= c->close_by)) c->dead = true;
     }
     auto gone = std::stable_partition(clients_.begin(), clients_.end(),
                                       [](const auto& c) { return !c->dead; });
@@ -472,13 +501,13 @@ void ControlServer::ReadClient(Client& c) {
 }
 
 void ControlServer::ProcessLines(Client& c) {
-  while (!c.dead) {
+  while (!c.dead && !c.waiting) {
     std::optional<std::string> line = c.in.NextLine();
     if (!line) return;
     const uint64_t begin = c.consumed;
     c.consumed += line->size() + 1;
     if (absl::StripAsciiWhitespace(*line).empty()) continue;
-    c.out += HandleLine(c, *line, begin, c.consumed);
+    HandleLine(c, *line, begin, c.consumed);
     if (c.out.size() > options_.max_output_bytes) {
       Drop(c, absl::StrCat("its unread responses exceed ", options_.max_output_bytes, " bytes"));
       return;
@@ -486,9 +515,8 @@ void ControlServer::ProcessLines(Client& c) {
   }
 }
 
-// Runs one request; returns its response line.
-std::string ControlServer::HandleLine(Client& c, const std::string& line, uint64_t begin,
-                                      uint64_t end) {
+void ControlServer::HandleLine(Client& c, const std::string& line, uint64_t begin,
+                               uint64_t end) {
   ClientInfo info;
   info.client_id = c.id;
   info.pid = c.cred.pid;
@@ -510,35 +538,91 @@ std::string ControlServer::HandleLine(Client& c, const std::string& line, uint64
   uint64_t id = 0;
   absl::StatusOr<control::Request> request = control::ParseRequest(line, &id);
   response.id = id;
+  std::optional<Registered> handler;
+  if (request.ok()) handler = FindHandler(request->method);
   if (!request.ok()) {
     response.status = request.status();
   } else if (truncated) {
     response.status = absl::InvalidArgumentError(absl::StrCat(
         "more than ", options_.max_fds_per_message,
         " file descriptors with one request: the extra ones were dropped"));
-  } else if (ControlHandler handler = FindHandler(request->method); !handler) {
+  } else if (!handler) {
     response.status = absl::UnimplementedError(absl::StrCat(
         "unknown method '", request->method, "'; see docs/control-protocol.md"));
+  } else if (handler->where == HandlerThread::kOwn &&
+             own_threads_.size() >= options_.max_own_thread_requests) {
+    response.status = absl::ResourceExhaustedError(absl::StrCat(
+        options_.max_own_thread_requests, " requests of the kind of '", request->method,
+        "' are waiting on the network already: retry when one has finished"));
+  } else if (handler->where == HandlerThread::kOwn) {
+    c.waiting = true;
+    own_threads_[c.id] = std::thread(
+        [this, client_id = c.id, fn = std::move(handler->handler), params = request->params,
+         response = std::move(response), info = std::move(info)]() mutable {
+          absl::StatusOr<control::Json> result = fn(params, info);
+          if (result.ok()) {
+            response.result = *std::move(result);
+          } else {
+            response.status = result.status();
+          }
+          {
+            absl::MutexLock lock(&finished_mu_);
+            finished_.push_back(Finished{client_id, std::move(response), std::move(info)});
+          }
+          const uint64_t one = 1;
+          [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+        });
+    return;
   } else {
-    absl::StatusOr<control::Json> result = handler(request->params, info);
+    absl::StatusOr<control::Json> result = handler->handler(request->params, info);
     if (result.ok()) {
       response.result = *std::move(result);
     } else {
       response.status = result.status();
     }
   }
-  for (int fd : info.fds) {
-    if (fd >= 0) close(fd);
+  Respond(c, std::move(response), info);
+}
+
+void ControlServer::Respond(Client& c, control::Response response, ClientInfo& info) {
+  if (!info.reply_fds.empty() && response.status.ok()) {
+    // The response is appended to `out` next: its first byte is at this stream offset.
+    c.out_fds.emplace_back(c.out_sent + c.out.size(), std::move(info.reply_fds));
+    info.reply_fds.clear();
   }
-  if (!info.reply_fds.empty()) {
-    if (response.status.ok()) {
-      // The response is appended to `out` next: its first byte is at this stream offset.
-      c.out_fds.emplace_back(c.out_sent + c.out.size(), std::move(info.reply_fds));
-    } else {
-      for (int fd : info.reply_fds) close(fd);
+  CloseDescriptors(info);
+  c.out += control::SerializeResponse(response);
+}
+
+void ControlServer::TakeFinished() {
+  std::vector<Finished> finished;
+  {
+    absl::MutexLock lock(&finished_mu_);
+    finished.swap(finished_);
+  }
+  for (Finished& f : finished) {
+    if (auto t = own_threads_.find(f.client_id); t != own_threads_.end()) {
+      t->second.join();  // it has handed its result over: returns at once
+      own_threads_.erase(t);
     }
+    auto it = std::find_if(clients_.begin(), clients_.end(),
+                           [&](const auto& c) { return c->id == f.client_id; });
+    if (it == clients_.end()) {  // not polled while waiting, so not gone; but never leak
+      CloseDescriptors(f.info);
+      continue;
+    }
+    Client& c = **it;
+    c.waiting = false;
+    Respond(c, std::move(f.response), f.info);
+    if (c.closing) c.close_by = absl::Now() + kLingerAfterClose;  // from now: its answer is due
+    ProcessLines(c);  // what it sent meanwhile
+    Flush(c);
   }
-  return control::SerializeResponse(response);
+}
+
+void ControlServer::JoinOwnThreads() {
+  for (auto& [client, thread] : own_threads_) thread.join();
+  own_threads_.clear();
 }
 
 void ControlServer::Flush(Client& c) {

@@ -21,11 +21,15 @@
 // options.max_output_bytes is disconnected. A client that closes its sending side still gets the
 // responses to what it sent.
 //
-// Threading: one server thread runs the poll loop and every handler, one at a time, in request
-// order per client (handlers need no locking against each other). A slow handler (conn.add runs
-// a TCP exchange of up to a few seconds) delays every other client meanwhile: accepted in
-// version 1. Register/Unregister are safe from any thread; Start/Stop from one owner thread.
-// Stop() waits for a running handler to return.
+// Threading: one server thread runs the poll loop and the handlers registered to run on it
+// (HandlerThread::kServer), one at a time (they need no locking against each other). A handler
+// that waits on the network (conn.add runs a TCP exchange of up to exchange_timeout) is
+// registered with HandlerThread::kOwn: it runs on a thread of its own while the server keeps
+// serving every other client; its client's later requests wait, unread, until its response is
+// queued, so each client gets its answers in request order either way. At most
+// options.max_own_thread_requests run at once; beyond, a request gets `resource_exhausted`.
+// Register/Unregister are safe from any thread; Start/Stop from one owner thread. Stop() waits
+// for running handlers to return.
 //
 // Errors: Start() returns a Status naming the fix; failures after Start() are logged (when a
 // logger is given), never fatal: nothing a client sends can stop the daemon.
@@ -40,16 +44,17 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/log.h"
 #include "lib/control/json.h"
+#include "lib/control/protocol.h"
 
 namespace metaroce::daemon {
 
@@ -72,6 +77,12 @@ struct ClientInfo {
 
 using ControlHandler = std::function<absl::StatusOr<control::Json>(const control::Json& params,
                                                                    const ClientInfo& client)>;
+
+// Where a handler runs (see Threading above).
+enum class HandlerThread {
+  kServer,  // on the server thread: a handler that answers from memory
+  kOwn,     // on a thread of its own: a handler that may wait on the network; thread-safe
+};
 
 // A peer's credentials: SO_PEERCRED plus its supplementary groups.
 struct PeerCred {
@@ -100,6 +111,7 @@ struct ControlServerOptions {
   size_t max_clients = 256;
   size_t max_output_bytes = size_t{4} << 20;  // unread responses before a client is dropped
   size_t max_fds_per_message = 253;  // SCM_MAX_FD: what one message can carry
+  size_t max_own_thread_requests = 16;  // HandlerThread::kOwn handlers running at once
   // Default (nullopt): root, the daemon's effective uid, members of `group`.
   std::optional<PeerPolicy> policy;
   Logger* log = nullptr;    // refusals and dropped clients; nullptr: silent
@@ -113,7 +125,8 @@ class ControlServer {
   ControlServer& operator=(const ControlServer&) = delete;
 
   // Replaces an earlier handler of the method. Any thread, before or after Start().
-  void Register(std::string method, ControlHandler handler);
+  void Register(std::string method, ControlHandler handler,
+                HandlerThread where = HandlerThread::kServer);
   // Called with a client's id once its connection is closed (EOF, error, dropped, or Stop()),
   // on the server thread (in Stop(), after it ended): what the client made can go. Set before
   // Start().
@@ -133,6 +146,16 @@ class ControlServer {
 
  private:
   struct Client;
+  struct Registered {
+    ControlHandler handler;
+    HandlerThread where = HandlerThread::kServer;
+  };
+  // A request whose handler ran on its own thread, back for its client's queue.
+  struct Finished {
+    uint64_t client_id = 0;
+    control::Response response;
+    ClientInfo info;
+  };
 
   absl::Status PrepareSocketPath();
   absl::Status BindAndListen();
@@ -141,12 +164,19 @@ class ControlServer {
   void AddClient(int fd);
   void ReadClient(Client& client);
   void ProcessLines(Client& client);
-  std::string HandleLine(Client& client, const std::string& line, uint64_t begin,
-                         uint64_t end);
+  // Runs one request and queues its response line, or starts its handler on a thread of its own
+  // (the client then waits: ProcessLines stops until TakeFinished queues the response).
+  void HandleLine(Client& client, const std::string& line, uint64_t begin, uint64_t end);
+  // Queues a finished request's response on `client`, with its reply descriptors (closed instead
+  // when it is an error); closes the request's descriptors the handler did not take.
+  void Respond(Client& client, control::Response response, ClientInfo& info);
+  // The responses of handlers that ran on their own threads: queued, and their clients resume.
+  void TakeFinished();
+  void JoinOwnThreads();
   void Flush(Client& client);
   void Drop(Client& client, absl::string_view why);
   void CloseClient(Client& client);
-  ControlHandler FindHandler(absl::string_view method);
+  std::optional<Registered> FindHandler(absl::string_view method);
   void Log(LogLevel level, absl::string_view message);
 
   ControlServerOptions options_;
@@ -163,7 +193,11 @@ class ControlServer {
   std::thread thread_;
 
   absl::Mutex handlers_mu_;
-  std::map<std::string, ControlHandler, std::less<>> handlers_ ABSL_GUARDED_BY(handlers_mu_);
+  std::map<std::string, Registered, std::less<>> handlers_ ABSL_GUARDED_BY(handlers_mu_);
+
+  std::map<uint64_t, std::thread> own_threads_;  // by client id; server thread (and Stop after)
+  absl::Mutex finished_mu_;
+  std::vector<Finished> finished_ ABSL_GUARDED_BY(finished_mu_);
 };
 
 }  // namespace metaroce::daemon

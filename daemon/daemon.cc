@@ -313,7 +313,10 @@ void Daemon::RegisterHandlers() {
   server_->Register("daemon.show", [this](Params p, Client) { return ShowDaemon(p); });
   server_->Register("link.show", [this](Params p, Client) { return ShowLinks(p); });
   server_->Register("stat.show", [this](Params p, Client) { return ShowStats(p); });
-  server_->Register("conn.add", [this](Params p, Client) { return connections_->Add(p); });
+  // conn.add waits for the peer daemon (up to exchange_timeout): on a thread of its own, so that
+  // every other request is answered meanwhile.
+  server_->Register(
+      "conn.add", [this](Params p, Client) { return connections_->Add(p); }, HandlerThread::kOwn);
   server_->Register("conn.del", [this](Params p, Client) { return DeleteConnection(p); });
   server_->Register("conn.show", [this](Params p, Client) { return ShowConnections(p); });
   server_->Register("path.show", [this](Params p, Client) { return paths_->Show(p); });

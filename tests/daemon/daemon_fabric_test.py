@@ -10,6 +10,8 @@ socket in a temporary directory), then checks, through mrctl (text and -j):
     socket keeps working), an unknown method, unknown parameters, a wrong version, an over-long
     line (answered, then closed), an unknown connection; a user who is not allowed is refused;
   - conn del removes the connection on both daemons;
+  - a conn add to a peer that does not answer (its daemon stopped) holds up no other request,
+    then fails with one line naming the peer;
   - a peer daemon killed with SIGKILL is detected: its connections go to error, naming the peer;
   - SIGTERM stops a daemon with exit 0 and leaves no XDP program, socket file or listener.
 The fabric and the daemons are always torn down.
@@ -133,6 +135,27 @@ def main():
                 [c["id"] for c in ctl_json(0, "conn", "show")["connections"]] == [cid] and
                 len(ctl_json(1, "conn", "show")["connections"]) == 1,
                 "conn del: gone on both daemons")
+
+        # A peer that does not answer holds up its own conn.add only. With host 1's daemon
+        # stopped (SIGSTOP) its kernel accepts the TCP connection and nothing more, so conn.add
+        # waits for exchange_timeout; conn.show is answered meanwhile.
+        os.kill(daemons[1].pid, signal.SIGSTOP)
+        try:
+            pending = subprocess.Popen(
+                ["ip", "netns", "exec", ns(0), mrctl, "-s", sock[0], "conn", "add", PEER_OF_H0,
+                 "paths", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(0.5)  # its exchange has started
+            shown = ctl_json(0, "conn", "show")
+            answered_meanwhile = pending.poll() is None
+            _, err = pending.communicate(timeout=60)
+        finally:
+            os.kill(daemons[1].pid, signal.SIGCONT)
+        f.check(answered_meanwhile and
+                [c["id"] for c in shown.get("connections", [])] == [cid],
+                "peer not answering: conn show answered while conn add waits")
+        f.check(pending.returncode == 1 and err.startswith("Error:") and PEER_OF_H0 in err and
+                len(err.strip().splitlines()) == 1,
+                "... then conn add fails with one line naming the peer")
 
         # A dead peer daemon is detected.
         daemons[1].kill()

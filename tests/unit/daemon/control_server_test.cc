@@ -14,9 +14,12 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/control/protocol.h"
@@ -132,6 +135,7 @@ class ControlServerTest : public ::testing::Test {
     path_ = dir_ + "/run/metaroced.sock";  // the server makes run/
   }
   void TearDown() override {
+    if (!release_.HasBeenNotified()) release_.Notify();
     server_.reset();
     unlink(path_.c_str());
     rmdir((dir_ + "/run").c_str());
@@ -175,12 +179,21 @@ class ControlServerTest : public ::testing::Test {
       j["blob"] = std::string(64 * 1024, 'b');
       return j;
     });
+    // Waits, on a thread of its own, until the test releases it (a handler waiting on a peer).
+    server_->Register(
+        "test.slow",
+        [this](const Json& params, const ClientInfo&) -> absl::StatusOr<Json> {
+          release_.WaitForNotification();
+          return params;
+        },
+        HandlerThread::kOwn);
     absl::Status s = server_->Start();
     ASSERT_TRUE(s.ok()) << s;
   }
   void StartServer() { StartServer(Options()); }
 
   std::string dir_, path_;
+  absl::Notification release_;  // lets test.slow return
   std::unique_ptr<ControlServer> server_;
 };
 
@@ -284,6 +297,66 @@ TEST_F(ControlServerTest, PipelinedRequestsAreAnsweredInOrder) {
     ASSERT_TRUE(line);
     EXPECT_THAT(*line, HasSubstr(absl::StrCat("\"id\":", i, ",")));
   }
+}
+
+// A handler on its own thread (conn.add's kind) holds up only its own client: another client is
+// answered meanwhile, and its client's next request, sent behind it, is answered after it.
+TEST_F(ControlServerTest, AHandlerOnItsOwnThreadHoldsUpOnlyItsClient) {
+  StartServer();
+  RawClient waiting(path_), other(path_);
+  ASSERT_TRUE(waiting.connected() && other.connected());
+  ASSERT_TRUE(waiting.Send(Request(1, "test.slow", R"({"n":1})") + "\n" +
+                           Request(2, "test.echo", R"({"n":2})") + "\n"));
+  EXPECT_EQ(other.Call(Request(3, "test.echo", R"({"n":3})")).result["n"].AsUint(), 3u);
+  EXPECT_EQ(waiting.ReadLine(/*timeout_ms=*/200), std::nullopt);  // nothing before test.slow's
+  release_.Notify();
+  EXPECT_EQ(waiting.ReadLine(), R"({"version":1,"id":1,"result":{"n":1}})");
+  EXPECT_EQ(waiting.ReadLine(), R"({"version":1,"id":2,"result":{"n":2}})");
+  EXPECT_EQ(waiting.Call(Request(4, "test.echo", R"({"n":4})")).id, 4u);  // and it goes on
+}
+
+TEST_F(ControlServerTest, HandlersOnTheirOwnThreadsAreLimited) {
+  ControlServerOptions o = Options();
+  o.max_own_thread_requests = 1;
+  StartServer(o);
+  RawClient first(path_), second(path_);
+  ASSERT_TRUE(first.Send(Request(1, "test.slow") + "\n"));
+  absl::SleepFor(absl::Milliseconds(100));  // the server has started it
+  control::Response refused = second.Call(Request(2, "test.slow"));
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status.message()), HasSubstr("waiting on the network"));
+  release_.Notify();
+  EXPECT_EQ(first.ReadLine(), R"({"version":1,"id":1,"result":{}})");
+  EXPECT_EQ(second.Call(Request(3, "test.slow")).id, 3u);  // room again
+}
+
+// A client that sends its request and closes its sending side still gets the answer of a
+// handler that takes longer than the linger after close.
+TEST_F(ControlServerTest, AHalfClosedClientGetsItsSlowAnswer) {
+  StartServer();
+  RawClient c(path_);
+  ASSERT_TRUE(c.Send(Request(5, "test.slow") + "\n"));
+  ASSERT_EQ(shutdown(c.fd(), SHUT_WR), 0);
+  absl::SleepFor(absl::Milliseconds(1500));  // longer than the linger (1 s)
+  release_.Notify();
+  EXPECT_EQ(c.ReadLine(), R"({"version":1,"id":5,"result":{}})");
+  EXPECT_TRUE(c.WaitForEof());
+}
+
+// Stop() with a handler running waits for it and then closes everything.
+TEST_F(ControlServerTest, StopWaitsForAHandlerOnItsOwnThread) {
+  StartServer();
+  RawClient c(path_);
+  ASSERT_TRUE(c.Send(Request(6, "test.slow") + "\n"));
+  absl::SleepFor(absl::Milliseconds(100));
+  std::thread release([this] {
+    absl::SleepFor(absl::Milliseconds(200));
+    release_.Notify();
+  });
+  server_->Stop();
+  EXPECT_TRUE(release_.HasBeenNotified());
+  release.join();
+  EXPECT_TRUE(c.WaitForEof());
 }
 
 TEST_F(ControlServerTest, ClientCredentialsReachTheHandler) {
