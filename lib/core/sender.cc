@@ -684,6 +684,7 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
     if (&other == &acked || other.outstanding() == 0) continue;
     if (other.state != PathState::kActive && other.state != PathState::kSuspect) continue;
     if (newest_sent <= other.last_timeout_at) continue;  // not newer than its last expiry
+    if (plane_progress_[other.plane] <= other.stall_suspected_at) continue;  // see OnPathTimeout
     const SentPacket& oldest_packet = other.at(other.snd_una);
     if (oldest_packet.rnr_until != Instant{0}) continue;  // the responder asked it to wait
     if (newest_sent - oldest_packet.sent_at <= OvertakenTimeout(other, &acked)) continue;
@@ -717,14 +718,17 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   // the network as a whole would also exceed: it counts only if some path of its plane made
   // progress since the previous expiry, or no other path has anything outstanding (nothing to
   // compare with: the sender waits on this path alone). Otherwise back to the ordinary timer.
-  // A plane whose paths are all silent at once is stalled as a whole (on a software fabric its
-  // routers are descheduled together), and rotating every path of it would be the storm the
-  // hysteresis is there to prevent; a dead spine silences only the paths that cross it.
+  // A plane whose paths are all silent at once may be stalled as a whole (on a software fabric
+  // its routers are descheduled together), and rotating every path of it would be the storm the
+  // hysteresis is there to prevent. It may also have lost every route (a dead spine under all its
+  // paths): so the evidence is set aside until the plane makes progress again, and the ordinary
+  // timer, which the other planes' ACKs no longer re-arm, fails the path if the silence lasts.
   if (path.overtaken && plane_progress_[path.plane] <= path.last_timeout_at &&
       std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
         return &p != &path && p.outstanding() > 0 && p.state != PathState::kFailed;
       })) {
     path.overtaken = false;
+    path.stall_suspected_at = now;
     ArmPto(now, path);
     return;
   }
@@ -793,6 +797,7 @@ void Sender::FailPath(Instant now, SenderPath& path, PathEventReason reason) {
   path.pto_deadline = kNever;
   path.timeouts_without_progress = 0;
   path.overtaken = false;
+  path.stall_suspected_at = Instant{INT64_MIN / 2};  // a new route starts afresh
   Rotate(now, path, reason);
 }
 

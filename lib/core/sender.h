@@ -95,6 +95,9 @@ struct SenderPath {
   uint32_t timeouts_without_progress = 0;
   Instant last_timeout_at{INT64_MIN / 2};  // latest PTO expiry: evidence must be newer [R5a]
   bool overtaken = false;  // [R5a] siblings delivered later packets; no progress here since
+  // [R5a] the stall gate set the overtaken evidence aside then: until the path's plane makes
+  // progress again, only the ordinary timer judges the path.
+  Instant stall_suspected_at{INT64_MIN / 2};
   // Rotation and probing [R7].
   Instant last_rotation{INT64_MIN / 2};
   Instant rotate_at = kNever;  // a rotation is pending (hold-down)

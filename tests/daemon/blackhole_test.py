@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Privileged end-to-end test: a spine blackholed under traffic through two daemons.
+"""Privileged end-to-end test: a spine, or a whole plane, blackholed under traffic.
 
 Brings up 2 hosts x 2 planes x 4 spines and one metaroced per host, runs `mrperf write_bw
 --verify` from host 0 to host 1 through the daemons, and mid-run blackholes (MetaRoCE's UDP port
-only) the spine that most of the connection's paths cross, in both planes. Which paths are
-affected is read from the leaves' FIBs (`mrfabric route`) for the data (host 0 -> 1) and the
-ACKs (host 1 -> 0, same ports). Then checks, through `mrctl -j`:
+only), in mode `spine`, the spine that most of the connection's paths cross, in both planes; in
+mode `plane`, every spine of plane 0 (the plane's paths all fall silent at once and stay so,
+which the sender must tell from a plane stalled for a moment). Which paths are affected is read
+from the leaves' FIBs (`mrfabric route`) for the data (host 0 -> 1) and the ACKs (host 1 -> 0,
+same ports), or is every path of plane 0. Then checks, through `mrctl -j`:
   - every affected path was rotated (its rotation counter and a path event with reason
     `failed`), and no other path was (the path manager steers exactly the affected paths);
-  - after the rotations no path's route, either way, crosses the dead spine;
+  - mode spine: after the rotations no path's route, either way, crosses the dead spine;
   - mrperf finished with no failed operation and no data error (traffic continued).
 
-usage: blackhole_test.py METAROCED MRCTL MRFABRIC MRPERF   exit 0 pass, 1 fail, 77 skip (not root)
+usage: blackhole_test.py [--mode spine|plane] METAROCED MRCTL MRFABRIC MRPERF
+exit 0 pass, 1 fail, 77 skip (not root)
 """
 import json
 import os
@@ -34,10 +37,14 @@ SETTLE_S = 2.5  # after the fault: rotations (and re-rotations off the dead spin
 
 
 def main():
-    if len(sys.argv) != 5:
+    args = sys.argv[1:]
+    mode = "spine"
+    if args[:1] == ["--mode"] and len(args) >= 2:
+        mode, args = args[1], args[2:]
+    if len(args) != 4 or mode not in ("spine", "plane"):
         sys.stderr.write(__doc__)
         return 2
-    metaroced, mrctl, mrfabric, mrperf = sys.argv[1:]
+    metaroced, mrctl, mrfabric, mrperf = args
     if not (harness.have_root() and harness.have_netns()):
         return harness.SKIP
     fabric = harness.Fabric(mrfabric, NAME)
@@ -72,12 +79,17 @@ def main():
             state["conn"] = conns[0]["id"]
             paths = ctl_json(0, "path", "show", str(state["conn"]))["paths"]
             state["before"] = paths
-            crosses = crossing(paths)
-            # The spine most paths cross: the test is never vacuous.
-            spine = max(range(SPINES), key=lambda s: sum(s in c for c in crosses.values()))
+            if mode == "spine":
+                crosses = crossing(paths)
+                # The spine most paths cross: the test is never vacuous.
+                spine = max(range(SPINES), key=lambda s: sum(s in c for c in crosses.values()))
+                state["affected"] = {pid for pid, c in crosses.items() if spine in c}
+                fabric("fault", str(spine), "--udp-dport", "4792", "blackhole", "on")
+            else:
+                spine = "all"
+                state["affected"] = {p["path_id"] for p in paths if p["plane"] == 0}
+                fabric("fault", "all", "--plane", "0", "--udp-dport", "4792", "blackhole", "on")
             state["spine"] = spine
-            state["affected"] = {pid for pid, c in crosses.items() if spine in c}
-            fabric("fault", str(spine), "--udp-dport", "4792", "blackhole", "on")
             # The daemon keeps a connection's last 1024 events, and paths flapping between
             # active and suspect on this shared machine can fill that in a few seconds: read
             # them often and keep every rotation seen.
@@ -125,14 +137,17 @@ def main():
         rotated = {pid for pid, p in after.items() if p["rotations"] > before[pid]["rotations"]}
         failed_events = {e["path_id"] for e in state["rotations"].values()
                          if e.get("reason") == "failed"}
-        print("spine %d blackholed; affected paths %s, rotated %s" %
-              (spine, sorted(affected), sorted(rotated)))
+        print("%s blackholed; affected paths %s, rotated %s" %
+              ("plane 0" if mode == "plane" else "spine %d" % spine, sorted(affected),
+               sorted(rotated)))
         f.check(affected and affected <= rotated and affected <= failed_events,
                 "every affected path rotated (counter and event, reason failed)")
         f.check(rotated <= affected, "no unaffected path rotated")
-        still = sorted(pid for pid, c in crossing(list(after.values())).items() if spine in c)
-        f.check(not still, "afterwards no path crosses spine %d either way%s" %
-                (spine, "" if not still else " (still: %s)" % still))
+        if mode == "spine":
+            still = sorted(pid for pid, c in crossing(list(after.values())).items()
+                           if spine in c)
+            f.check(not still, "afterwards no path crosses spine %d either way%s" %
+                    (spine, "" if not still else " (still: %s)" % still))
         f.check(client.returncode == 0 and summary.get("failed_ops") == 0 and
                 summary.get("data_errors") == 0,
                 "mrperf through the daemons: no failed operation, no data error")

@@ -585,16 +585,22 @@ TEST(Sender_Health, SeveralDeadPathsFailTogetherWhileTheirPlanesDeliver) {
   EXPECT_EQ(r.conn.path_stats(0).rotations + r.conn.path_stats(3).rotations, 0u);
 }
 
+// Plane 0 (paths 0 and 2) acknowledges a second message; plane 1 (paths 1 and 3) goes silent.
+std::unique_ptr<Requester> PlaneOneFallsSilent() {
+  std::unique_ptr<Requester> r = FourPathsOnTwoPlanes(0, 2);
+  r->PostWrite(At(40 * kUs), 2, 2 * kMtu);  // psn 1 on paths 0 and 2
+  r->Feed(At(50 * kUs), Requester::Ack(0, 2, 1));
+  r->Feed(At(50 * kUs), Requester::Ack(2, 2, 1));
+  return r;
+}
+
 // [R5a] Plane 1's paths (1 and 3) fall silent together while plane 0 keeps delivering: a plane
 // stalled as a whole (on a software fabric its routers are descheduled together), not two
 // failures. Both are overtaken and hedged, but their expiries do not count without progress on
 // their own plane: after the first they fall back to the ordinary timer.
 TEST(Sender_Health, APlaneSilentAsAWholeIsAStallNotSeveralFailures) {
-  std::unique_ptr<Requester> rp = FourPathsOnTwoPlanes(0, 2);
+  std::unique_ptr<Requester> rp = PlaneOneFallsSilent();
   Requester& r = *rp;
-  r.PostWrite(At(40 * kUs), 2, 2 * kMtu);  // psn 1 on paths 0 and 2
-  r.Feed(At(50 * kUs), Requester::Ack(0, 2, 1));
-  r.Feed(At(50 * kUs), Requester::Ack(2, 2, 1));
   r.RunTimersUntil(At(54 * kUs));
   EXPECT_EQ(r.conn.path_stats(1).state, PathState::kSuspect);
   EXPECT_EQ(r.conn.path_stats(3).state, PathState::kSuspect);
@@ -611,6 +617,35 @@ TEST(Sender_Health, APlaneSilentAsAWholeIsAStallNotSeveralFailures) {
   EXPECT_GT(r.conn.NextDeadline(), At(10000 * kUs));
   // Plane 0 carried the hedged data home.
   EXPECT_THAT(r.CompletedIds(), ::testing::UnorderedElementsAre(1, 2));
+}
+
+// [R5a] ... but a plane that stays silent is not stalled: a spine dead under every path of a
+// plane silences it as a whole. Its paths are left to the ordinary timer, which the other
+// plane's ACKs must not keep re-arming: they fail after fail_after_timeouts ordinary expiries.
+TEST(Sender_Health, APlaneSilentForGoodFailsOnTheOrdinaryTimer) {
+  std::unique_ptr<Requester> rp = PlaneOneFallsSilent();
+  Requester& r = *rp;
+  // Plane 0 keeps delivering every 100 us; ordinary timer 10 ms, doubling: 10 + 20 (+ 40).
+  for (int t = 60; t <= 100000; t += 100) {
+    r.RunTimersUntil(At(t * kUs));
+    if (t % 1000 == 60) r.PostWrite(At(t * kUs), 100 + t, kMtu);  // fresh evidence keeps coming
+    const uint32_t next0 = r.conn.path_stats(0).tx_packets, next2 = r.conn.path_stats(2).tx_packets;
+    r.Feed(At(t * kUs), Requester::Ack(0, next0, next0 - 1));
+    r.Feed(At(t * kUs), Requester::Ack(2, next2, next2 - 1));
+  }
+  for (uint16_t dead : {1, 3}) {
+    SCOPED_TRACE(dead);
+    EXPECT_GE(r.conn.path_stats(dead).rotations, 1u);
+    EXPECT_EQ(r.conn.path_stats(dead).timeouts, 3u);  // the first, overtaken; two ordinary
+  }
+  EXPECT_EQ(r.conn.path_stats(0).rotations + r.conn.path_stats(2).rotations, 0u);
+  std::vector<std::string> failures;
+  for (const PathEvent& e : r.RawEvents()) {
+    if (e.reason == PathEventReason::kFailed && e.kind == PathEvent::Kind::kPortRotated) {
+      failures.push_back(EventLine(e));
+    }
+  }
+  EXPECT_EQ(failures.size(), 2u) << ::testing::PrintToString(r.Events());
 }
 
 // [R5a] While another path has packets outstanding and nothing at all makes progress (the peer
