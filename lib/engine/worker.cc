@@ -580,6 +580,8 @@ absl::Status Worker::RemoveConnection(uint32_t conn_id) {
   // Completions still in the core are delivered if there is room; the rest go with it.
   DeliverCompletions(it->second);
   owned_.erase(it);
+  // A burst of connections leaves no table behind it: a daemon's memory returns to its level.
+  if (owned_.size() * 4 < owned_.capacity()) owned_.rehash(0);
   --stats_.connections;
   return endpoint_.DestroyConnection(conn_id);
 }
