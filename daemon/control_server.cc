@@ -31,6 +31,8 @@ namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr int kMaxReadsPerWakeup = 16;  // then serve the other clients
+// A client's output buffer keeps up to this much capacity once written out; more is released.
+constexpr size_t kKeptOutputCapacity = 4096;
 // How long a client closed after an error or EOF may take to read its last responses.
 constexpr absl::Duration kLingerAfterClose = absl::Seconds(1);
 
@@ -650,6 +652,8 @@ void ControlServer::Flush(Client& c) {
     c.out.erase(0, static_cast<size_t>(n));
     c.out_sent += static_cast<uint64_t>(n);
   }
+  // All written: a client that once received a large listing does not keep its buffer.
+  if (c.out.capacity() > kKeptOutputCapacity) std::string().swap(c.out);
 }
 
 void ControlServer::Drop(Client& c, absl::string_view why) {
