@@ -31,8 +31,6 @@ namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr int kMaxReadsPerWakeup = 16;  // then serve the other clients
-// A client's output buffer keeps up to this much capacity once written out; more is released.
-constexpr size_t kKeptOutputCapacity = 4096;
 // How long a client closed after an error or EOF may take to read its last responses.
 constexpr absl::Duration kLingerAfterClose = absl::Seconds(1);
 
@@ -652,8 +650,9 @@ void ControlServer::Flush(Client& c) {
     c.out.erase(0, static_cast<size_t>(n));
     c.out_sent += static_cast<uint64_t>(n);
   }
-  // All written: a client that once received a large listing does not keep its buffer.
-  if (c.out.capacity() > kKeptOutputCapacity) std::string().swap(c.out);
+  // All written: an idle client holds no buffer (one that once received a large listing would
+  // otherwise keep its capacity for as long as it stays connected).
+  std::string().swap(c.out);
 }
 
 void ControlServer::Drop(Client& c, absl::string_view why) {
