@@ -12,6 +12,7 @@
 #include "lib/api/app_protocol.h"
 #include "lib/api/exchange.h"
 #include "lib/api/stats_json.h"
+#include "lib/control/absl_view.h"
 #include "lib/engine/doorbell.h"
 
 namespace metaroce::daemon {
@@ -32,7 +33,6 @@ constexpr int kMaxFdsPerMessage = 253;
 constexpr uint64_t kMaxBlockBytes = uint64_t{1} << 46;
 
 // This Abseil's StrCat takes absl::string_view, which is not std::string_view here.
-absl::string_view Sv(std::string_view s) { return {s.data(), s.size()}; }
 
 absl::Status NoConnection(uint32_t id) {
   return absl::NotFoundError(absl::StrCat("no connection ", id));
@@ -45,7 +45,7 @@ absl::StatusOr<uint64_t> UintIn(const Json& params, std::string_view key, uint64
   if (!v.ok()) return v.status();
   if (*v < lo || *v > hi) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Sv(key), " ", *v, " is outside ", lo, "..", hi));
+        absl::StrCat(control::AbslView(key), " ", *v, " is outside ", lo, "..", hi));
   }
   return *v;
 }
@@ -282,7 +282,7 @@ absl::Status AppSessions::Charge(Session& session, uint64_t bytes, std::string_v
   const uint64_t max = options_.limits.max_memory_bytes;
   if (bytes > max || memory_bytes_ > max - bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        Sv(what), " of ", bytes, " bytes would exceed max_memory_bytes ", max, " (",
+        control::AbslView(what), " of ", bytes, " bytes would exceed max_memory_bytes ", max, " (",
         memory_bytes_, " bytes in use by applications): free memory, or raise [limits] "
         "max_memory_bytes"));
   }
@@ -546,11 +546,11 @@ absl::StatusOr<api::ConnectionParameters> AppSessions::DecodeRequest(const Json&
   if (!hex.ok()) return hex.status();
   absl::StatusOr<api::ExchangeMessage> m = api::DecodeExchangeHex(*hex);
   if (!m.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(Sv(key), ": ", m.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(control::AbslView(key), ": ", m.status().message()));
   }
   if (m->kind != api::ExchangeKind::kRequest) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Sv(key), ": expected an exchange REQUEST carrying the parameters"));
+        absl::StrCat(control::AbslView(key), ": expected an exchange REQUEST carrying the parameters"));
   }
   return m->params;
 }

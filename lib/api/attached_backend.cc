@@ -9,6 +9,7 @@
 #include "lib/api/completion_queue.h"
 #include "lib/api/context.h"
 #include "lib/api/stats_json.h"
+#include "lib/control/absl_view.h"
 
 namespace metaroce::api {
 namespace {
@@ -17,7 +18,6 @@ using control::Json;
 namespace app = app_protocol;
 
 // This Abseil's StrCat takes absl::string_view, which is not std::string_view here.
-absl::string_view Sv(std::string_view s) { return {s.data(), s.size()}; }
 
 // A member of a daemon result that must be an unsigned integer within [lo, hi].
 absl::StatusOr<uint64_t> UintIn(const Json& result, std::string_view key, uint64_t lo,
@@ -25,7 +25,7 @@ absl::StatusOr<uint64_t> UintIn(const Json& result, std::string_view key, uint64
   absl::StatusOr<uint64_t> v = result.GetUint(key);
   if (!v.ok()) return v.status();
   if (*v < lo || *v > hi) {
-    return absl::InvalidArgumentError(absl::StrCat("metaroced answered ", Sv(key), " ", *v,
+    return absl::InvalidArgumentError(absl::StrCat("metaroced answered ", control::AbslView(key), " ", *v,
                                                    ", outside ", lo, "..", hi));
   }
   return *v;
@@ -33,7 +33,7 @@ absl::StatusOr<uint64_t> UintIn(const Json& result, std::string_view key, uint64
 
 // The daemon is another version when its answers do not have the shape we expect.
 absl::Status FromDaemon(std::string_view method, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat(Sv(method), ": unexpected answer from metaroced (",
+  return absl::Status(s.code(), absl::StrCat(control::AbslView(method), ": unexpected answer from metaroced (",
                                              s.message(), "): is it the same version?"));
 }
 
@@ -155,13 +155,13 @@ absl::Status AttachedBackend::TakeAttachResult(const Json& r, std::vector<Unique
 absl::StatusOr<std::shared_ptr<SharedMapping>> AttachedBackend::MapBlock(
     std::vector<UniqueFd>& fds, size_t needed, std::string_view what) {
   if (fds.empty() || !fds[0].valid()) {
-    return absl::InvalidArgumentError(absl::StrCat("no descriptor came with the ", Sv(what),
+    return absl::InvalidArgumentError(absl::StrCat("no descriptor came with the ", control::AbslView(what),
                                                    " block"));
   }
   absl::StatusOr<size_t> bytes = FileBytes(fds[0].get());
   if (!bytes.ok()) return bytes.status();
   if (*bytes < needed || *bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the ", Sv(what), " block has ", *bytes,
+    return absl::InvalidArgumentError(absl::StrCat("the ", control::AbslView(what), " block has ", *bytes,
                                                    " bytes; ", needed, " needed"));
   }
   return SharedMapping::Map(fds[0].get(), *bytes);  // the mapping outlives the descriptor

@@ -9,12 +9,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/control/absl_view.h"
 
 namespace metaroce::control {
 namespace {
 
 // Debian's Abseil has its own string_view type.
-absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // ---------------------------------------------------------------------------------------------
 // Dump
@@ -83,7 +83,7 @@ class JsonParser {
  private:
   absl::Status Error(std::string_view what) const { return ErrorAt(what, pos_); }
   absl::Status ErrorAt(std::string_view what, size_t at) const {
-    return absl::InvalidArgumentError(absl::StrCat("JSON: ", Sv(what), " at byte ", at));
+    return absl::InvalidArgumentError(absl::StrCat("JSON: ", AbslView(what), " at byte ", at));
   }
   bool AtEnd() const { return pos_ >= text_.size(); }
   char Peek() const { return text_[pos_]; }
@@ -123,7 +123,7 @@ class JsonParser {
 
   absl::StatusOr<Json> ParseLiteral(std::string_view word, Json value) {
     if (text_.substr(pos_, word.size()) != word) {
-      return Error(absl::StrCat("expected '", Sv(word), "'"));
+      return Error(absl::StrCat("expected '", AbslView(word), "'"));
     }
     pos_ += word.size();
     return value;
@@ -432,12 +432,12 @@ std::string Shown(const Json& value) {
 }
 
 absl::Status Missing(std::string_view key, std::string_view expected) {
-  return absl::InvalidArgumentError(absl::StrCat("missing \"", Sv(key), "\" (", Sv(expected), ")"));
+  return absl::InvalidArgumentError(absl::StrCat("missing \"", AbslView(key), "\" (", AbslView(expected), ")"));
 }
 
 absl::Status WrongKind(std::string_view key, std::string_view expected, const Json& value) {
   return absl::InvalidArgumentError(
-      absl::StrCat("\"", Sv(key), "\" must be ", Sv(expected), ", not ", Shown(value)));
+      absl::StrCat("\"", AbslView(key), "\" must be ", AbslView(expected), ", not ", Shown(value)));
 }
 
 // The member, or nullptr when it is missing or null (so that "Or" reads take their fallback).

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "lib/control/absl_view.h"
 
 namespace metaroce::control {
 namespace {
 
 // Debian's Abseil has its own string_view type.
-absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 constexpr std::array<std::pair<absl::StatusCode, std::string_view>, 17> kCodeNames = {{
     {absl::StatusCode::kOk, "ok"},
@@ -47,7 +47,7 @@ constexpr std::array<std::pair<absl::StatusCode, std::string_view>, 17> kCodeNam
 // The most descriptors one SCM_RIGHTS message carries (the kernel's SCM_MAX_FD).
 constexpr size_t kMaxFdsPerMessage = 253;
 
-absl::Status Invalid(std::string_view what) { return absl::InvalidArgumentError(Sv(what)); }
+absl::Status Invalid(std::string_view what) { return absl::InvalidArgumentError(AbslView(what)); }
 
 // The top-level keys of a request; anything else is refused, so that a misspelt "params" never
 // reads as an empty parameter object.
@@ -58,7 +58,7 @@ bool IsRequestKey(std::string_view key) {
 absl::Status CheckVersion(const Json& message, std::string_view what) {
   const Json* version = message.Find("version");
   if (version == nullptr) {
-    return Invalid(absl::StrCat(Sv(what), " has no \"version\"; metaroced and its clients speak "
+    return Invalid(absl::StrCat(AbslView(what), " has no \"version\"; metaroced and its clients speak "
                                       "protocol version ", kProtocolVersion));
   }
   std::optional<int64_t> v = version->AsInt();
@@ -70,7 +70,7 @@ absl::Status CheckVersion(const Json& message, std::string_view what) {
 
 absl::StatusOr<uint64_t> ReadId(const Json& message, std::string_view what) {
   const Json* id = message.Find("id");
-  if (id == nullptr) return Invalid(absl::StrCat(Sv(what), " has no \"id\" (an unsigned integer)"));
+  if (id == nullptr) return Invalid(absl::StrCat(AbslView(what), " has no \"id\" (an unsigned integer)"));
   std::optional<uint64_t> v = id->AsUint();
   if (!v) return Invalid(absl::StrCat("\"id\" must be an unsigned integer, not ", id->Dump()));
   return *v;
@@ -117,7 +117,7 @@ absl::Status ReadError(const Json& error, absl::Status* out) {
   }
   const absl::StatusCode status_code = ErrorCodeFromName(*code_name);
   if (status_code == absl::StatusCode::kOk) return Invalid("response's error has code \"ok\"");
-  *out = absl::Status(status_code, Sv(*text));
+  *out = absl::Status(status_code, AbslView(*text));
   return absl::OkStatus();
 }
 
@@ -432,17 +432,17 @@ absl::StatusOr<Json> Client::Exchange(std::string_view method, Json params,
   if (fd_ < 0) return absl::FailedPreconditionError("control client is not connected");
   if (params.is_null()) params = Json::MakeObject();
   if (!params.is_object()) {
-    return Invalid(absl::StrCat("parameters of ", Sv(method), " must be a JSON object"));
+    return Invalid(absl::StrCat("parameters of ", AbslView(method), " must be a JSON object"));
   }
   if (fds.size() > kMaxFdsPerMessage) {
-    return Invalid(absl::StrCat(fds.size(), " descriptors for ", Sv(method), "; at most ",
+    return Invalid(absl::StrCat(fds.size(), " descriptors for ", AbslView(method), "; at most ",
                                 kMaxFdsPerMessage, " fit one request"));
   }
   Request request{next_id_++, std::string(method), std::move(params)};
   const std::string line = SerializeRequest(request);
   if (line.size() > kMaxMessageBytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the ", Sv(method), " request is ", line.size(), " bytes, over the protocol's limit of ",
+        "the ", AbslView(method), " request is ", line.size(), " bytes, over the protocol's limit of ",
         kMaxMessageBytes));
   }
   deadline_ns_ = DeadlineAfter(timeout_);
@@ -472,7 +472,7 @@ absl::StatusOr<Json> Client::AwaitResponse(uint64_t id, std::string_view method)
     if (!line.ok()) return Explain(line.status(), method);
     absl::StatusOr<Response> response = ParseResponse(*line);
     if (!response.ok()) {
-      return absl::InternalError(absl::StrCat("metaroced sent a malformed response to ", Sv(method),
+      return absl::InternalError(absl::StrCat("metaroced sent a malformed response to ", AbslView(method),
                                               ": ", response.status().message()));
     }
     if (response->id == 0 && !response->status.ok()) return response->status;
@@ -489,7 +489,7 @@ absl::StatusOr<Json> Client::AwaitResponse(uint64_t id, std::string_view method)
 
 absl::Status Client::Explain(const absl::Status& status, std::string_view method) const {
   if (status.code() != absl::StatusCode::kDeadlineExceeded) return status;
-  return absl::DeadlineExceededError(absl::StrCat("metaroced did not answer ", Sv(method), " within ",
+  return absl::DeadlineExceededError(absl::StrCat("metaroced did not answer ", AbslView(method), " within ",
                                                   absl::FormatDuration(timeout_)));
 }
 

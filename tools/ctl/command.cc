@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/control/absl_view.h"
 #include "lib/control/protocol.h"
 
 namespace metaroce::ctl {
@@ -17,10 +18,9 @@ namespace {
 using control::Json;
 
 // Debian's Abseil has its own string_view type.
-absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 absl::Status UsageError(std::string_view message) {
-  return absl::InvalidArgumentError(Sv(message));
+  return absl::InvalidArgumentError(control::AbslView(message));
 }
 
 // How an argument's text becomes a parameter value.
@@ -151,10 +151,10 @@ absl::StatusOr<std::string_view> Resolve(std::string_view token, const std::vect
   }
   if (matches.size() == 1) return matches[0];
   if (matches.empty()) {
-    return UsageError(absl::StrCat("unknown ", Sv(what), " \"", Sv(token), "\"", Sv(where),
+    return UsageError(absl::StrCat("unknown ", control::AbslView(what), " \"", control::AbslView(token), "\"", control::AbslView(where),
                                    " (expected ", JoinOr(Canonicals(names)), ")"));
   }
-  return UsageError(absl::StrCat("ambiguous ", Sv(what), " \"", Sv(token), "\"", Sv(where), " (",
+  return UsageError(absl::StrCat("ambiguous ", control::AbslView(what), " \"", control::AbslView(token), "\"", control::AbslView(where), " (",
                                  JoinOr(matches), ")"));
 }
 
@@ -169,11 +169,11 @@ std::optional<uint64_t> ParseUint(std::string_view text) {
 
 absl::StatusOr<Json> ParsePlanes(std::string_view name, std::string_view text) {
   Json planes = Json::MakeArray();
-  for (absl::string_view item : absl::StrSplit(Sv(text), ',')) {
+  for (absl::string_view item : absl::StrSplit(control::AbslView(text), ',')) {
     std::optional<uint64_t> plane = ParseUint(std::string_view(item.data(), item.size()));
     if (!plane) {
-      return UsageError(absl::StrCat(Sv(name), " must be plane numbers separated by commas (e.g. 0,1), "
-                                "not \"", Sv(text), "\""));
+      return UsageError(absl::StrCat(control::AbslView(name), " must be plane numbers separated by commas (e.g. 0,1), "
+                                "not \"", control::AbslView(text), "\""));
     }
     planes.Push(*plane);
   }
@@ -182,25 +182,25 @@ absl::StatusOr<Json> ParsePlanes(std::string_view name, std::string_view text) {
 
 // `name` is how the argument is called in the synopsis ("ID", "paths").
 absl::StatusOr<Json> Convert(Kind kind, std::string_view name, std::string_view text) {
-  const std::string quoted = absl::StrCat("\"", Sv(text), "\"");
+  const std::string quoted = absl::StrCat("\"", control::AbslView(text), "\"");
   switch (kind) {
     case Kind::kUint:
     case Kind::kCount: {
       std::optional<uint64_t> v = ParseUint(text);
-      if (!v) return UsageError(absl::StrCat(Sv(name), " must be an unsigned integer, not ", quoted));
+      if (!v) return UsageError(absl::StrCat(control::AbslView(name), " must be an unsigned integer, not ", quoted));
       if (kind == Kind::kCount && *v == 0) {
-        return UsageError(absl::StrCat(Sv(name), " must be at least 1, not ", quoted));
+        return UsageError(absl::StrCat(control::AbslView(name), " must be at least 1, not ", quoted));
       }
       return Json(*v);
     }
     case Kind::kString:
-      if (text.empty()) return UsageError(absl::StrCat(Sv(name), " must not be empty"));
+      if (text.empty()) return UsageError(absl::StrCat(control::AbslView(name), " must not be empty"));
       return Json(text);
     case Kind::kPlanes:
       return ParsePlanes(name, text);
     case Kind::kProfile:
       if (text == "metaroce" || text == "gbn" || text == "reorder") return Json(text);
-      return UsageError(absl::StrCat(Sv(name), " must be metaroce, gbn or reorder, not ", quoted));
+      return UsageError(absl::StrCat(control::AbslView(name), " must be metaroce, gbn or reorder, not ", quoted));
   }
   return UsageError("unreachable");
 }
@@ -213,18 +213,18 @@ const Keyword* FindKeyword(const CommandSpec& spec, std::string_view word) {
 }
 
 std::string Title(const CommandSpec& spec) {
-  return absl::StrCat(Sv(spec.object), " ", Sv(spec.command));
+  return absl::StrCat(control::AbslView(spec.object), " ", control::AbslView(spec.command));
 }
 
 // A word that is not a keyword where only keywords (or nothing) can come.
 absl::Status UnexpectedWord(const CommandSpec& spec, std::string_view word) {
   const bool looks_like_keyword = !word.empty() && !(word[0] >= '0' && word[0] <= '9');
   if (spec.keywords.empty() || !looks_like_keyword) {
-    return UsageError(absl::StrCat("unexpected argument \"", Sv(word), "\" for ", Title(spec)));
+    return UsageError(absl::StrCat("unexpected argument \"", control::AbslView(word), "\" for ", Title(spec)));
   }
   std::vector<std::string_view> words;
   for (const Keyword& k : spec.keywords) words.push_back(k.word);
-  return UsageError(absl::StrCat("unknown keyword \"", Sv(word), "\" for ", Title(spec), " (expected ",
+  return UsageError(absl::StrCat("unknown keyword \"", control::AbslView(word), "\" for ", Title(spec), " (expected ",
                             JoinOr(words), ")"));
 }
 
@@ -251,7 +251,7 @@ class OperandParser {
       absl::Status st;
       if (const Keyword* k = FindKeyword(spec_, words[i])) {
         if (i + 1 == words.size()) {
-          return UsageError(absl::StrCat("keyword \"", Sv(k->word), "\" needs a value"));
+          return UsageError(absl::StrCat("keyword \"", control::AbslView(k->word), "\" needs a value"));
         }
         st = TakeKeyword(*k, words[++i]);
       } else {
@@ -266,10 +266,10 @@ class OperandParser {
  private:
   absl::Status TakeKeyword(const Keyword& k, std::string_view value) {
     if (keywords_used_.count(k.word) > 0) {
-      return UsageError(absl::StrCat("duplicate keyword \"", Sv(k.word), "\""));
+      return UsageError(absl::StrCat("duplicate keyword \"", control::AbslView(k.word), "\""));
     }
     if (params_.Find(k.param) != nullptr) {
-      return UsageError(absl::StrCat(Sv(OperandName(k.param)), " given twice (as \"", Sv(k.word),
+      return UsageError(absl::StrCat(control::AbslView(OperandName(k.param)), " given twice (as \"", control::AbslView(k.word),
                                 "\" too)"));
     }
     absl::StatusOr<Json> v = Convert(k.kind, k.word, value);
@@ -331,7 +331,7 @@ absl::Status ShortFlags(std::string_view arg, SplitWords& out) {
       case 'd': out.options.details = true; break;
       case 'V': out.version = true; break;
       case 'h': out.help = true; break;
-      default: return UsageError(absl::StrCat("unknown option \"", Sv(arg), "\""));
+      default: return UsageError(absl::StrCat("unknown option \"", control::AbslView(arg), "\""));
     }
   }
   return absl::OkStatus();
@@ -395,7 +395,7 @@ absl::StatusOr<Invocation> ParseWords(const SplitWords& split) {
   const std::string_view command_word =
       words.size() > 1 ? std::string_view(words[1]) : std::string_view("show");
   absl::StatusOr<std::string_view> command =
-      Resolve(command_word, CommandNames(*object), "command", absl::StrCat(" for ", Sv(*object)));
+      Resolve(command_word, CommandNames(*object), "command", absl::StrCat(" for ", control::AbslView(*object)));
   if (!command.ok()) return command.status();
   if (*command == "help" || (words.size() > 2 && words[2] == "help")) return Help(split, *object);
   const CommandSpec& spec = FindSpec(*object, *command);
@@ -405,7 +405,7 @@ absl::StatusOr<Invocation> ParseWords(const SplitWords& split) {
   if (!params.ok()) return params.status();
   Invocation inv;
   inv.options = split.options;
-  inv.method = absl::StrCat(Sv(spec.object), ".", Sv(spec.command));
+  inv.method = absl::StrCat(control::AbslView(spec.object), ".", control::AbslView(spec.command));
   inv.params = *std::move(params);
   return inv;
 }
@@ -414,8 +414,8 @@ std::string SynopsisLines(std::string_view object, std::string_view indent) {
   std::string out;
   for (const CommandSpec& c : Commands()) {
     if (!object.empty() && c.object != object) continue;
-    absl::StrAppend(&out, Sv(indent), "mrctl ", Title(c));
-    if (!c.synopsis.empty()) absl::StrAppend(&out, " ", Sv(c.synopsis));
+    absl::StrAppend(&out, control::AbslView(indent), "mrctl ", Title(c));
+    if (!c.synopsis.empty()) absl::StrAppend(&out, " ", control::AbslView(c.synopsis));
     out += "\n";
   }
   return out;
@@ -458,7 +458,7 @@ std::string Usage() {
       "  -p, --pretty        indent the JSON document (implies -j)\n"
       "  -d, --details       conn show: each connection's counters too\n"
       "  -s, --socket PATH   metaroced's control socket (default: $METAROCE_SOCKET, else\n"
-      "                      ", Sv(control::kDefaultSocketPath), ")\n"
+      "                      ", control::AbslView(control::kDefaultSocketPath), ")\n"
       "  -V, --version       print mrctl's version\n"
       "  -h, --help          print this help\n"
       "\n"
@@ -476,7 +476,7 @@ std::string ObjectUsage(std::string_view object) {
     absl::StrAppend(&out, first ? "Usage: " : "       ", line, "\n");
     first = false;
   }
-  absl::StrAppend(&out, "       mrctl ", Sv(object), " help\n");
+  absl::StrAppend(&out, "       mrctl ", control::AbslView(object), " help\n");
   return out;
 }
 
