@@ -517,7 +517,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   if (t.packets > 0) {
     last_progress_ = now;
     plane_progress_[path.plane] = now;
-    path.timeouts_without_progress = 0;
+    path.timeouts_without_progress = path.attributed_timeouts = 0;
     path.overtaken = false;
     if (path.state == PathState::kSuspect) {
       SetState(now, path, PathState::kActive, PathEventReason::kProgress);
@@ -556,7 +556,7 @@ void Sender::DetectLosses(Instant now, SenderPath& path) {
 
 void Sender::OnNak(Instant now, SenderPath& path, const wire::Packet& ack) {
   last_progress_ = now;  // the responder is alive and talking
-  path.timeouts_without_progress = 0;
+  path.timeouts_without_progress = path.attributed_timeouts = 0;
   const uint32_t psn = ack.ack.ack_psn;
   const bool outstanding = SeqLessEq(path.snd_una, psn) && SeqLess(psn, path.next_psn) &&
                            !path.at(psn).acked;
@@ -723,15 +723,24 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   // hysteresis is there to prevent. It may also have lost every route (a dead spine under all its
   // paths): so the evidence is set aside until the plane makes progress again, and the ordinary
   // timer, which the other planes' ACKs no longer re-arm, fails the path if the silence lasts.
-  if (path.overtaken && plane_progress_[path.plane] <= path.last_timeout_at &&
+  const bool others_outstanding =
       std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
         return &p != &path && p.outstanding() > 0 && p.state != PathState::kFailed;
-      })) {
+      });
+  if (path.overtaken && plane_progress_[path.plane] <= path.last_timeout_at && others_outstanding) {
     path.overtaken = false;
     path.stall_suspected_at = now;
     ArmPto(now, path);
     return;
   }
+  // [R5] An ordinary expiry is evidence against this path only if the connection made progress
+  // since the path's previous expiry, or nothing else is outstanding. When every path is silent
+  // at once, the peer, this host or the network as a whole has stalled: the expiry still sends
+  // its tail-loss probe, but it does not count toward failure (failing every path would be the
+  // storm the hysteresis of [R7] is there to prevent, with nowhere to move their data), and the
+  // connection's no_progress_timeout judges the silence.
+  const bool attributable = cfg_.profile.spray != SprayPolicy::kAllPaths || path.overtaken ||
+                            !others_outstanding || last_progress_ > path.last_timeout_at;
   path.last_timeout_at = now;
   if (cfg_.profile.recovery == RecoveryPolicy::kGoBackN) {
     path.gbn_resending = true;
@@ -753,8 +762,8 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
       return;
     }
     // The expiry that reaches the failure count fails the path: no tail probe into it.
-    if (cfg_.profile.spray == SprayPolicy::kAllPaths &&
-        path.timeouts_without_progress + 1 >= FailAfter(path)) {
+    if (cfg_.profile.spray == SprayPolicy::kAllPaths && attributable &&
+        path.attributed_timeouts + 1 >= FailAfter(path)) {
       ++path.stats.timeouts;
       if (path.state == PathState::kActive) {
         SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
@@ -767,11 +776,12 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   }
   ++path.stats.timeouts;
   ++path.timeouts_without_progress;
+  if (attributable) ++path.attributed_timeouts;
   if (path.state == PathState::kActive) {
     SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
   }
   const bool can_fail_over = cfg_.profile.spray == SprayPolicy::kAllPaths;
-  if (can_fail_over && path.timeouts_without_progress >= FailAfter(path)) {
+  if (can_fail_over && path.attributed_timeouts >= FailAfter(path)) {
     FailPath(now, path, PathEventReason::kFailed);
     return;
   }
@@ -795,7 +805,7 @@ void Sender::FailPath(Instant now, SenderPath& path, PathEventReason reason) {
   path.inflight_bytes = 0;
   path.snd_una = path.next_psn;
   path.pto_deadline = kNever;
-  path.timeouts_without_progress = 0;
+  path.timeouts_without_progress = path.attributed_timeouts = 0;
   path.overtaken = false;
   path.stall_suspected_at = Instant{INT64_MIN / 2};  // a new route starts afresh
   Rotate(now, path, reason);

@@ -92,7 +92,8 @@ struct SenderPath {
   PathCongestion congestion;
   // Tail loss / health [R5].
   Instant pto_deadline = kNever;
-  uint32_t timeouts_without_progress = 0;
+  uint32_t timeouts_without_progress = 0;  // PTO expiries since the last progress: the backoff
+  uint32_t attributed_timeouts = 0;  // ... of which evidence against this path: toward failure
   Instant last_timeout_at{INT64_MIN / 2};  // latest PTO expiry: evidence must be newer [R5a]
   bool overtaken = false;  // [R5a] siblings delivered later packets; no progress here since
   // [R5a] the stall gate set the overtaken evidence aside then: until the path's plane makes

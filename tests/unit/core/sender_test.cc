@@ -23,7 +23,9 @@ using ::metaroce::testing::RecordedPacket;
 using ::metaroce::testing::RecordingSink;
 using ::testing::AllOf;
 using ::testing::Contains;
+using ::testing::Each;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 using ::testing::StartsWith;
@@ -514,7 +516,7 @@ TEST(Sender_Health, APathOvertakenBySiblingsTimesOutWithoutWaitingForTheFloor) {
   r->RunTimersUntil(At(78 * kUs));  // its data is home: the tail-loss probe is a FILLER [R8]
   EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 1 msg 2 off 0 len 0 ACK_REQ RETX FILLER"));
   EXPECT_EQ(r->conn.NextDeadline(), At(102 * kUs));
-  r->RunTimersUntil(At(102 * kUs));  // the third expiry fails the path (§6.1 step 4)
+  r->RunTimersUntil(At(102 * kUs));  // the third expiry fails the path (§6.1 step 3)
   EXPECT_THAT(r->Events(), ElementsAre("path 1 active->suspect timeout @54us",
                                        "path 1 suspect->failed failed @102us",
                                        "path 1 rotated failed @102us",
@@ -646,6 +648,34 @@ TEST(Sender_Health, APlaneSilentForGoodFailsOnTheOrdinaryTimer) {
     }
   }
   EXPECT_EQ(failures.size(), 2u) << ::testing::PrintToString(r.Events());
+}
+
+// [R5] Every path falls silent at once (the peer, this host or the whole network stalls): the
+// ordinary expiries send their tail-loss probes and back off, but after the first they are no
+// evidence against any one path, so no path fails (a storm with nowhere to move the data).
+// When the ACKs come back, everything resumes.
+TEST(Sender_Health, AConnectionSilentAsAWholeFailsNoPath) {
+  ConnectionConfig c = RequesterConfig(4);
+  c.min_probe_timeout = std::chrono::milliseconds(1);
+  c.no_progress_timeout = std::chrono::seconds(1);
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 4 * kMtu);  // psn 0 on each path
+  for (uint16_t p = 0; p < 4; ++p) r.Feed(At(10 * kUs), Requester::Ack(p, 1, 0));
+  r.PostWrite(At(20 * kUs), 2, 4 * kMtu);  // psn 1 on each path, then silence
+  r.sink.Clear();
+  r.RunTimersUntil(At(100000 * kUs));  // 1 + 2 + 4 + ... ms: six expiries each
+  for (uint16_t p = 0; p < 4; ++p) {
+    SCOPED_TRACE(p);
+    EXPECT_EQ(r.conn.path_stats(p).timeouts, 6u);
+    EXPECT_EQ(r.conn.path_stats(p).rotations, 0u);
+    EXPECT_EQ(r.conn.path_stats(p).state, PathState::kSuspect);
+  }
+  const std::vector<std::string> log = r.Log();
+  EXPECT_THAT(log, Each(HasSubstr("RETX")));  // tail-loss probes only, one per expiry
+  EXPECT_THAT(log, SizeIs(24));
+  for (uint16_t p = 0; p < 4; ++p) r.Feed(At(100000 * kUs), Requester::Ack(p, 2, 1));
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(1, 2));
+  for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(r.conn.path_stats(p).state, PathState::kActive);
 }
 
 // [R5a] While another path has packets outstanding and nothing at all makes progress (the peer
