@@ -26,8 +26,6 @@ constexpr core::Duration kMaxSleep = std::chrono::milliseconds(100);
 // Sleep bound while something waits for the application (a full completion ring): the
 // application frees room without waking us.
 constexpr core::Duration kPendingSleep = std::chrono::milliseconds(1);
-// Loops in a row whose timers may wait for received packets still in the rings (RunOnce).
-constexpr uint32_t kMaxTimerDeferrals = 16;
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -170,8 +168,7 @@ bool Worker::RunOnce() {
   // Send arrived matches it (ibv_post_recv is effective at once).
   work += DrainRing(now, &ConnectionChannel::recvs, &OwnedConnection::recv_blocked);
   holding_acks_ = options_.defer_receive_acks;
-  bool rx_more = false;
-  work += ReceiveFromPorts(now, &rx_more);
+  work += ReceiveFromPorts(now);
   work += ReceiveHandoffs(now);
   holding_acks_ = false;
   work += DrainRing(now, &ConnectionChannel::sends, &OwnedConnection::send_blocked);
@@ -180,13 +177,7 @@ bool Worker::RunOnce() {
     work += ReleaseHeldAcks(held);
   }
   now = MonotonicNow();
-  // Timers wait while a ring still holds received packets (a port filled its batch): an ACK
-  // behind the batch must not let its path's timer expire first. After this thread was
-  // descheduled the rings hold many batches, and every path would time out at once. Bounded,
-  // so that timers still run under a sustained overload.
-  const bool defer_timers = rx_more && timer_deferrals_ < kMaxTimerDeferrals;
-  timer_deferrals_ = defer_timers ? timer_deferrals_ + 1 : 0;
-  if (!defer_timers && endpoint_.NextDeadline() <= now) {
+  if (endpoint_.NextDeadline() <= now) {
     endpoint_.OnTimer(now);
     ++work;
   }
@@ -352,7 +343,7 @@ void Worker::Dispatch(core::Instant now, std::span<const std::byte> datagram,
   endpoint_.OnDatagram(now, datagram, meta);
 }
 
-size_t Worker::ReceiveFromPorts(core::Instant now, bool* more) {
+size_t Worker::ReceiveFromPorts(core::Instant now) {
   size_t total = 0;
   for (size_t plane = 0; plane < ports_.size(); ++plane) {
     io::PacketPort& port = *ports_[plane];
@@ -363,7 +354,6 @@ size_t Worker::ReceiveFromPorts(core::Instant now, bool* more) {
       Dispatch(now, r.payload, meta);
     }
     if (n > 0) port.Release(std::span<const io::RxPacket>(rx_.data(), n));
-    if (n == rx_.size()) *more = true;
     stats_.rx_packets += n;
     total += n;
   }

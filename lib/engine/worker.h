@@ -230,8 +230,7 @@ class Worker {
 
   size_t RunControlTasks();
   size_t DrainBacklogs();
-  // One batch from each port; sets *more when a port filled the batch (its ring may hold more).
-  size_t ReceiveFromPorts(core::Instant now, bool* more);
+  size_t ReceiveFromPorts(core::Instant now);
   size_t ReceiveHandoffs(core::Instant now);
   // Moves the work requests of one application ring (`ring`: sends or receives) of every owned
   // connection into the core, up to commands_per_loop each. One the core has no room for stays
@@ -264,7 +263,6 @@ class Worker {
   std::vector<std::deque<BacklogPacket>> backlog_;   // per plane
   std::deque<BacklogPacket> held_acks_;               // defer_receive_acks, oldest first
   bool holding_acks_ = false;                         // in the receive phase of RunOnce()
-  uint32_t timer_deferrals_ = 0;  // consecutive loops whose timers waited for the rings (RunOnce)
   std::vector<std::vector<std::byte>> spare_buffers_;  // recycled backlog buffers
   std::vector<bool> unflushed_;                        // per plane
   std::vector<io::RxPacket> rx_;
