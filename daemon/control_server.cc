@@ -151,6 +151,15 @@ void CloseDescriptors(ClientInfo& info) {
   info.reply_fds.clear();
 }
 
+// A handler's outcome into its response: the result, or the refusal.
+void SetResult(control::Response& response, absl::StatusOr<control::Json> result) {
+  if (result.ok()) {
+    response.result = *std::move(result);
+  } else {
+    response.status = result.status();
+  }
+}
+
 }  // namespace
 
 struct ControlServer::Client {
@@ -559,12 +568,7 @@ void ControlServer::HandleLine(Client& c, const std::string& line, uint64_t begi
     own_threads_[c.id] = std::thread(
         [this, client_id = c.id, fn = std::move(handler->handler), params = request->params,
          response = std::move(response), info = std::move(info)]() mutable {
-          absl::StatusOr<control::Json> result = fn(params, info);
-          if (result.ok()) {
-            response.result = *std::move(result);
-          } else {
-            response.status = result.status();
-          }
+          SetResult(response, fn(params, info));
           {
             absl::MutexLock lock(&finished_mu_);
             finished_.push_back(Finished{client_id, std::move(response), std::move(info)});
@@ -574,12 +578,7 @@ void ControlServer::HandleLine(Client& c, const std::string& line, uint64_t begi
         });
     return;
   } else {
-    absl::StatusOr<control::Json> result = handler->handler(request->params, info);
-    if (result.ok()) {
-      response.result = *std::move(result);
-    } else {
-      response.status = result.status();
-    }
+    SetResult(response, handler->handler(request->params, info));
   }
   Respond(c, std::move(response), info);
 }

@@ -739,8 +739,9 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   // its tail-loss probe, but it does not count toward failure (failing every path would be the
   // storm the hysteresis of [R7] is there to prevent, with nowhere to move their data), and the
   // connection's no_progress_timeout judges the silence.
-  const bool attributable = cfg_.profile.spray != SprayPolicy::kAllPaths || path.overtaken ||
-                            !others_outstanding || last_progress_ > path.last_timeout_at;
+  // (An overtaken path that passed the gate above always is: its plane made progress.)
+  const bool attributable = cfg_.profile.spray != SprayPolicy::kAllPaths || !others_outstanding ||
+                            last_progress_ > path.last_timeout_at;
   path.last_timeout_at = now;
   if (cfg_.profile.recovery == RecoveryPolicy::kGoBackN) {
     path.gbn_resending = true;

@@ -376,6 +376,20 @@ TEST(Engine_Handoff, ConnectionOwnedByOtherWorkerStillWorks) {
   EXPECT_TRUE(t.b->DestroyConnection(5).ok());
 }
 
+// Wakes engine A and expects the one request pushed on connection 7 to complete as refused
+// (LOC_PROT_ERR, with its own opcode), counted; then tears the connection down.
+void ExpectRefusedWithLocProtErr(TwoEngines& t, uint64_t wr_id, core::WcOpcode opcode) {
+  t.a->Wake(0);
+  auto c = t.Collect(*t.cq_a, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].wr_id, wr_id);
+  EXPECT_EQ(c[0].status, core::WcStatus::kLocProtErr);
+  EXPECT_EQ(c[0].opcode, opcode);
+  EXPECT_EQ(t.a->Stats()[0].commands_refused, 1u);
+  EXPECT_TRUE(t.a->DestroyConnection(7).ok());
+  EXPECT_TRUE(t.b->DestroyConnection(7).ok());
+}
+
 // A request the core refuses completes with the ibverbs status, even unsignaled.
 TEST(Engine_Refusal, BadLkeyCompletesWithLocProtErr) {
   TwoEngines t(1);
@@ -386,15 +400,7 @@ TEST(Engine_Refusal, BadLkeyCompletesWithLocProtErr) {
   wr.opcode = core::WrOpcode::kSend;
   wr.local = {0x1000, 16, 0xdeadbeef};
   ASSERT_TRUE(ca->sends.TryPush(wr));
-  t.a->Wake(0);
-  auto c = t.Collect(*t.cq_a, 1);
-  ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].wr_id, 42u);
-  EXPECT_EQ(c[0].status, core::WcStatus::kLocProtErr);
-  EXPECT_EQ(c[0].opcode, core::WcOpcode::kSend);
-  EXPECT_EQ(t.a->Stats()[0].commands_refused, 1u);
-  EXPECT_TRUE(t.a->DestroyConnection(7).ok());
-  EXPECT_TRUE(t.b->DestroyConnection(7).ok());
+  ExpectRefusedWithLocProtErr(t, 42, core::WcOpcode::kSend);
 }
 
 // The same for a receive: it completes as a receive, with the reason.
@@ -405,15 +411,7 @@ TEST(Engine_Refusal, ReceiveWithBadLkeyCompletesWithLocProtErr) {
   wr.wr_id = 43;
   wr.local = {0x1000, 16, 0xdeadbeef};
   ASSERT_TRUE(ca->recvs.TryPush(wr));
-  t.a->Wake(0);
-  auto c = t.Collect(*t.cq_a, 1);
-  ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].wr_id, 43u);
-  EXPECT_EQ(c[0].status, core::WcStatus::kLocProtErr);
-  EXPECT_EQ(c[0].opcode, core::WcOpcode::kRecv);
-  EXPECT_EQ(t.a->Stats()[0].commands_refused, 1u);
-  EXPECT_TRUE(t.a->DestroyConnection(7).ok());
-  EXPECT_TRUE(t.b->DestroyConnection(7).ok());
+  ExpectRefusedWithLocProtErr(t, 43, core::WcOpcode::kRecv);
 }
 
 TEST(Engine_Inline, OneShardDrivenByTheCallingThread) {
