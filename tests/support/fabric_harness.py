@@ -1,9 +1,13 @@
 """Shared harness of the privileged end-to-end Python tests on a namespace fabric
-(tools/fabric/mrfabric): daemon_fabric, daemon_attach, daemon_metrics, trace, dissector and
-perf_fabric. Standard library only. A test imports it with
+(tools/fabric/mrfabric): daemon_fabric, daemon_attach, daemon_metrics, daemon_blackhole, trace,
+dissector and perf_fabric; the benchmarks tools/bench/datapath and control run their faults
+through it too. Standard library only. A test imports it with
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
     import fabric_harness as harness
+
+(a benchmark with ROOT/tests/support, ROOT being the source tree). Unit test (no root):
+fabric_harness_test.py, suite 'unit'.
 
 What it offers, and its contracts:
 
@@ -41,6 +45,29 @@ What it offers, and its contracts:
     SIGTERM (after SIGCONT) and SIGKILLs those that outlive the timeout. The caller owns tmp
     and removes it; Daemons never deletes files.
 
+  Fabric.view() is the `mrfabric show -j` document; Fabric.drops() is fault_drops(view()).
+    fault_drops(view): {(plane, spine): packets that spine's fault program dropped since it was
+    loaded (drop_random + drop_blackhole)}; spines without the program are left out.
+
+  Faults, proved (a fault that never acted must fail the run, not pass it):
+    SideThread(what, fn, delay_s): fn() in a thread of its own, delay_s after start (or after
+      entering `with`), while the caller runs its traffic. join() waits and re-raises what fn
+      raised as SideThreadFailed (a RuntimeError, so in ABORTS; the original as __cause__) and
+      returns fn's result; threading.Thread and Timer instead print the exception and go on.
+      Leaving a `with` block cancels fn if it still waits for its delay, joins the thread and
+      re-raises fn's exception, or raises SideThreadFailed when fn never ran (the block ended
+      within the delay: a mid-run fault after the run); when the block itself raises, what fn
+      raised is printed and the block's exception propagates.
+    FaultDrops(fabric): reads every spine's drop counters when made; require(what, spine,
+      plane) reads them again and returns how many packets the given spines (an index or "all"
+      each) dropped since, or raises FaultNotProved (a RuntimeError) naming what when that is 0,
+      or when no such spine has the fault program (nothing could prove the fault).
+    SpineFault(fabric, spine, *what, plane, udp_dport, delay_s): `mrfabric fault SPINE ...` for
+      a `with` block that runs traffic: set at entry or, with delay_s, by a SideThread that
+      long after entry (mid-run); at exit the thread is joined (its exception re-raised), the
+      spines must have dropped something since entry (FaultNotProved otherwise; `dropped` holds
+      the count), and the fault is cleared (`fault SPINE --plane P clear`) whatever happened.
+
   Processes: kill_all(procs, timeout) SIGKILLs and reaps every process still running;
     stop(proc, timeout) sends SIGTERM (after SIGCONT) and SIGKILLs on timeout.
   interrupt_on_sigterm(): SIGTERM (meson's timeout) raises KeyboardInterrupt in the main thread,
@@ -59,6 +86,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -170,6 +198,165 @@ class Fabric:
 
     def ns(self, host):
         return host_ns(self.name, host)
+
+    def view(self):
+        """The `mrfabric show -j` document: topology, faults, counters."""
+        return json.loads(self("show", "-j").stdout)
+
+    def drops(self):
+        return fault_drops(self.view())
+
+
+def fault_drops(view):
+    """{(plane, spine): packets its fault program dropped since it was loaded} from `mrfabric
+    show -j`; spines without the program (counters.fault null) are left out."""
+    out = {}
+    for pl in view["planes"]:
+        for sp in pl["spines"]:
+            c = sp.get("counters", {}).get("fault")
+            if c is not None:
+                out[(pl["plane"], sp["index"])] = c["drop_random"] + c["drop_blackhole"]
+    return out
+
+
+# ---------------------------------------------------------------- faults, proved
+
+class SideThreadFailed(RuntimeError):
+    """What a SideThread's function raised, re-raised where the thread is joined."""
+
+
+class SideThread:
+    """fn() in a thread of its own, delay_s after start(), while the caller does something else
+    (runs traffic). What fn raises is kept and re-raised by join(), never lost."""
+
+    def __init__(self, what, fn, delay_s=0.0):
+        self.what = what
+        self.result = None
+        self.began = False
+        self._fn = fn
+        self._delay_s = delay_s
+        self._cancel = threading.Event()
+        self._error = None
+        self._thread = threading.Thread(target=self._run, name=what, daemon=True)
+
+    def _run(self):
+        if self._cancel.wait(self._delay_s):
+            return  # cancelled before the delay was over: fn never runs
+        self.began = True
+        try:
+            self.result = self._fn()
+        except BaseException as e:  # noqa: B902 -- every exception, to re-raise in the joiner
+            self._error = e
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def cancel(self):
+        """fn will not run if it still waits for its delay (a running fn is not interrupted)."""
+        self._cancel.set()
+
+    def join(self):
+        """Waits for the thread; raises SideThreadFailed from fn's exception; returns fn's result."""
+        self._thread.join()
+        if self._error is not None:
+            e, self._error = self._error, None
+            raise SideThreadFailed("%s: %s: %s" % (self.what, type(e).__name__, e)) from e
+        return self.result
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        self.cancel()
+        try:
+            self.join()
+        except SideThreadFailed as e:
+            if exc_type is None:
+                raise
+            sys.stderr.write("meanwhile %s\n" % e)  # the block's own exception propagates
+            return False
+        if exc_type is None and not self.began:
+            raise SideThreadFailed("%s never ran: the block ended within its delay of %g s" %
+                                   (self.what, self._delay_s))
+        return False
+
+
+class FaultNotProved(RuntimeError):
+    """A fault whose spines dropped nothing: it never acted, and the run proves nothing."""
+
+
+def _selected(key, spine, plane):
+    return (spine == "all" or key[1] == int(spine)) and (plane == "all" or key[0] == int(plane))
+
+
+class FaultDrops:
+    """The fault program's drop counters of every spine, read when made: require() proves
+    that a fault set since dropped packets."""
+
+    def __init__(self, fabric):
+        self.fabric = fabric
+        self.before = fabric.drops()
+
+    def require(self, what, spine="all", plane="all"):
+        """Packets spine SPINE of plane PLANE ("all": every one) dropped since this was made;
+        FaultNotProved (naming what) when none, or when no such spine has the fault program."""
+        after = self.fabric.drops()
+        keys = [k for k in after if _selected(k, spine, plane)]
+        where = "spine %s, plane %s" % (spine, plane)
+        if not keys:
+            raise FaultNotProved("%s: no fault program on %s, so nothing can prove the fault: "
+                                 "build bpf/fabric_fault (meson compile) or set MRFABRIC_BPF_OBJ"
+                                 % (what, where))
+        dropped = {k: after[k] - self.before.get(k, 0) for k in sorted(keys)}
+        total = sum(dropped.values())
+        if total == 0:
+            raise FaultNotProved("%s: the fault never acted: its program on %s dropped nothing "
+                                 "(per (plane, spine): %s)" % (what, where, dropped))
+        return total
+
+
+class SpineFault:
+    """`mrfabric fault SPINE [--plane P] [--udp-dport D] WHAT...` over a `with` block that runs
+    traffic, set at entry or delay_s after it (a SideThread: mid-run), proved by the spines'
+    drop counters at exit, and cleared at exit."""
+
+    def __init__(self, fabric, spine, *what, plane="all", udp_dport=None, delay_s=None):
+        self.fabric = fabric
+        self.spine = str(spine)
+        self.plane = str(plane)
+        self.args = (["fault", self.spine, "--plane", self.plane] +
+                     (["--udp-dport", str(udp_dport)] if udp_dport is not None else []) +
+                     list(what))
+        self.label = "mrfabric " + " ".join(self.args)
+        self.delay_s = delay_s
+        self.dropped = None
+        self._side = None
+        self._drops = None
+
+    def _set(self):
+        self.fabric(*self.args)
+
+    def __enter__(self):
+        self._drops = FaultDrops(self.fabric)
+        if self.delay_s is None:
+            self._set()
+        else:
+            self._side = SideThread(self.label, self._set, self.delay_s).start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        proved = False
+        try:
+            if self._side is not None:
+                self._side.__exit__(exc_type, exc, tb)
+            if exc_type is None:
+                self.dropped = self._drops.require(self.label, self.spine, self.plane)
+                proved = True
+        finally:
+            # When something already failed, that failure is the one to report.
+            self.fabric("fault", self.spine, "--plane", self.plane, "clear", check=proved)
+        return False
 
 
 # ---------------------------------------------------------------- processes
