@@ -25,14 +25,16 @@ Failed operations are explained only by a deliberate kill or restart: a run that
 operation, failed conn.add/del or connection found in error is unexpected. Data errors are never
 explained.
 
-Memory and descriptors: at checkpoints (after the warm-up, every 10 minutes, 30 s after each
-restart's survival, and at the end) the applications pause, churned connections are deleted and
+Memory and descriptors: at checkpoints (after the warm-up, about 8 more spread over the run but
+at least 2 minutes apart, 30 s after each restart's survival, and at the end) the applications pause, churned connections are deleted and
 both daemons settle to the long-lived connection alone; then each daemon's open descriptors
 (/proc/PID/fd), resident size (/proc/PID/statm) and heap in use (daemon.show) are read. Growth
 is per daemon instance, from its first checkpoint to the end, for the instances alive at the end
 (host 0's lives the whole run; host 1's last one is measured from the checkpoint after its
 restart, and not at all when no checkpoint fell between its restart and the end).
-rss_growth_kib and fd_growth are the worst over those instances.
+rss_growth_kib and fd_growth are the worst over those instances. The daemons run with glibc's
+per-thread malloc caches off (GLIBC_TUNABLES, as tools/bench/control does) so that their heap
+count is exact; --tcache runs them as deployed.
 
 JSON summary last on stdout: data_errors, failed_ops_unexpected, rss_growth_kib, fd_growth,
 heap_growth_bytes, restarts, restarts_survived, faults (each fault's count and proof),
@@ -78,7 +80,7 @@ CHURN_EVERY_S = (0.5, 3.0)
 RESTART_GRACE_S = 5.0      # runs starting this long after the daemon answers must be clean
 SURVIVAL_DEADLINE_S = 60.0
 APP_CLEANUP_S = 10.0
-CHECKPOINT_EVERY_S = 600.0
+CHECKPOINT_MIN_EVERY_S = 120.0
 RUN_SLACK_S = 60.0         # a run lasting -D plus this much is hung: killed and unexpected
 SETTLE_S = 30.0
 PERSISTENT_CHECK_S = 2.0
@@ -94,6 +96,10 @@ def add_arguments(parser):
     parser.add_argument("--name", default="mrsoak", help="fabric name (default mrsoak)")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the daemons' logs and runs' files even when all went well")
+    parser.add_argument("--tcache", action="store_true",
+                        help="daemons keep glibc's per-thread malloc caches, as deployed (their "
+                             "heap count then moves by tens of KB with what each thread freed "
+                             "last; by default the caches are off and the count is exact)")
 
 
 def load_script(module_name, path):
@@ -212,7 +218,18 @@ class Soak:
         self.control[h] = self.bench_control.Control(self.md.sock[h])
 
     def start_daemon(self, h):
-        self.md.start(h)
+        # Daemons.start passes this process's environment on: set the daemon's malloc tunables
+        # for the start alone.
+        saved = os.environ.get("GLIBC_TUNABLES")
+        if not self.args.tcache:
+            os.environ["GLIBC_TUNABLES"] = self.bench_control.exact_heap_env()["GLIBC_TUNABLES"]
+        try:
+            self.md.start(h)
+        finally:
+            if saved is None:
+                os.environ.pop("GLIBC_TUNABLES", None)
+            else:
+                os.environ["GLIBC_TUNABLES"] = saved
         self.connect_control(h)
         inst = {"host": h, "instance": sum(i["host"] == h for i in self.instances),
                 "pid": self.md.procs[h].pid, "started_s": round(self.now(), 1), "samples": []}
@@ -507,13 +524,13 @@ class Soak:
         self.faults["blackhole_dropped_packets"] += dropped
         if dropped > 0:
             self.faults["blackhole_flaps_proven"] += 1
-        elif not force_off:
+        elif not force_off or now >= f["off_at"]:
             self.unproven.append({"fault": "blackhole", "spine": f["spine"], "plane": f["plane"],
                                   "on_s": round(f["on_s"], 1), "off_s": round(now, 1)})
             self.note("blackhole of spine %d plane %s dropped nothing in %.1f s" %
                       (f["spine"], f["plane"], now - f["on_s"]))
         else:
-            # Ended early by a checkpoint or the end: neither proven nor a failure.
+            # Ended before its time by a checkpoint or the end: neither proven nor a failure.
             self.faults["blackhole_flaps"] -= 1
         self.flap = None
         self.next_flap = now + self.rng.uniform(*FLAP_OFF_S)
@@ -640,10 +657,12 @@ class Soak:
             inst["started_s"] = 0.0
         warmup, restarts, kills = self.plan(total_s)
         self.schedule_checkpoint(warmup, "after warm-up")
-        t = warmup + CHECKPOINT_EVERY_S
+        # Enough checkpoints for a trend (about 8 a run), none closer than 2 minutes.
+        every = max(CHECKPOINT_MIN_EVERY_S, (total_s - warmup) / 8)
+        t = warmup + every
         while t < total_s - 60:
             self.schedule_checkpoint(t, "periodic")
-            t += CHECKPOINT_EVERY_S
+            t += every
         self.next_flap = self.rng.uniform(*FLAP_OFF_S) / 2
         self.next_churn = self.rng.uniform(*CHURN_EVERY_S)
         self.progress.note("soak: %.1f min, seed %d, warm-up %.0f s, restarts at %s s, kills at "
@@ -735,6 +754,8 @@ def summarize(soak, interrupted):
         "growth_measured": "per daemon instance alive at the end, from its first checkpoint to "
                            "the end (quiesced: no runs, the long-lived connection alone); the "
                            "worst instance; per instance under daemons",
+        "daemon_malloc": "glibc tcache on (as deployed)" if soak.args.tcache else
+                         "glibc tcache off (heap_bytes exact)",
         "restarts": len(soak.restarts),
         "restarts_survived": survived,
         "faults": f,
