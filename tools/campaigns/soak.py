@@ -164,6 +164,7 @@ class Soak:
         self.restarts = []
         self.fatal = None
         self.t0 = None
+        self.minutes = None
         self.paused = False
         self.run_seq = 0
         self.loops = [
@@ -463,6 +464,7 @@ class Soak:
         lp["run"]["killed"] = role
         self.faults["app_kills"] += 1
         self.pending_cleanups.append({"host": host, "pid": proc.pid, "at": self.now(),
+                                      "daemon_pid": self.md.procs[host].pid,
                                       "killed_by_sigkill": proc.returncode == -signal.SIGKILL})
         self.note("app kill: SIGKILL %s of the %s loop (pid %d, host %d)" %
                   (role, lp["name"], proc.pid, host))
@@ -470,7 +472,9 @@ class Soak:
 
     def check_cleanups(self):
         for c in list(self.pending_cleanups):
-            if self.md.procs[c["host"]].pid != self.instance_of[c["host"]]["pid"]:
+            if self.md.procs[c["host"]].pid != c["daemon_pid"]:
+                # Its daemon restarted before the check: the cleanup stays unproven.
+                self.pending_cleanups.remove(c)
                 continue
             p = self.md.ctl(c["host"], "-j", "conn", "show")
             owned = None
@@ -633,8 +637,9 @@ class Soak:
         n_kills = max(1, int(round(total_s / 180.0)))
         kills = [warmup + main * (i + 0.25 + 0.5 * self.rng.random()) / n_kills
                  for i in range(n_kills)]
-        # A kill is not within 10 s of a restart: each disruption is told apart.
-        kills = [k if min(abs(k - r) for r in restarts) > 10 else k - 10 for k in kills]
+        # A kill comes at least 15 s before or after a restart: each disruption is told apart.
+        kills = [k if min(abs(k - r) for r in restarts) >= 15 else
+                 min(restarts, key=lambda r: abs(k - r)) - 15 for k in kills]
         return warmup, restarts, sorted(kills)
 
     def run(self):
@@ -665,7 +670,7 @@ class Soak:
             t += every
         self.next_flap = self.rng.uniform(*FLAP_OFF_S) / 2
         self.next_churn = self.rng.uniform(*CHURN_EVERY_S)
-        self.progress.note("soak: %.1f min, seed %d, warm-up %.0f s, restarts at %s s, kills at "
+        self.progress.note("%.1f min, seed %d, warm-up %.0f s, restarts at %s s, kills at "
                            "%s s" % (self.args.minutes, self.args.seed, warmup,
                                      [round(x) for x in restarts], [round(x) for x in kills]))
         while True:
@@ -742,7 +747,8 @@ def summarize(soak, interrupted):
                      f["app_kills_cleaned_up"] == f["app_kills"] and f["daemon_restarts"] > 0)
     return {
         "mode": "soak",
-        "minutes": round(soak.minutes, 2) if hasattr(soak, "minutes") else None,
+        "minutes": round(soak.minutes if soak.minutes is not None else
+                         (soak.now() / 60.0 if soak.t0 is not None else 0.0), 2),
         "minutes_asked": soak.args.minutes,
         "seed": soak.args.seed,
         "data_errors": soak.data_errors,
