@@ -60,6 +60,11 @@ OutboundMessage* Sender::Find(uint32_t msg_seq) {
   return i < messages_.size() ? &messages_[i] : nullptr;
 }
 
+const OutboundMessage* Sender::Find(uint32_t msg_seq) const {
+  const uint32_t i = msg_seq - base_seq_;
+  return i < messages_.size() ? &messages_[i] : nullptr;
+}
+
 uint32_t Sender::PacketBytes(const OutboundMessage& m, uint32_t index) const {
   const uint64_t offset = uint64_t{index} * cfg_.mtu;
   return static_cast<uint32_t>(std::min<uint64_t>(cfg_.mtu, m.wr.local.length - offset));
@@ -264,11 +269,15 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
       return false;
     }
     if (n < 255) ++n;
-  } else if (e.transmissions >= cfg_.max_transmissions) {
+  } else if (e.counted >= cfg_.max_transmissions) {
+    // §9: a FILLER counts against its PSN, by the same rule as a data unit: a PSN the
+    // responder kept answering with RNR before its data unit arrived elsewhere has used none
+    // of its budget.
     ++conn_.counters_.retry_exceeded_err;
     conn_.Fail(now, WcStatus::kRetryExcErr, std::nullopt);
     return false;
   }
+  if (counts_as_retry && e.counted < 255) ++e.counted;
   e.last_tx_order = ++path.tx_order;
   if (e.transmissions == 0) e.first_tx_order = e.last_tx_order;
   if (e.transmissions < 255) ++e.transmissions;
@@ -704,6 +713,16 @@ void Sender::Hedge(Instant now, SenderPath& path) {
   }
 }
 
+bool Sender::OnlyFillersOutstanding(const SenderPath& path) const {
+  for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn); ++psn) {
+    const SentPacket& e = path.at(psn);
+    if (e.acked) continue;
+    const OutboundMessage* m = Find(e.ref.msg_seq);
+    if (m != nullptr && !m->done && !m->IsAcked(e.ref.index)) return false;
+  }
+  return true;
+}
+
 void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerPathTimeout);
   if (path.outstanding() == 0) {
@@ -741,7 +760,18 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   // connection's no_progress_timeout judges the silence.
   // (An overtaken path that passed the gate above always is: its plane made progress.)
   const bool attributable = cfg_.profile.spray != SprayPolicy::kAllPaths || !others_outstanding ||
-                            last_progress_ > path.last_timeout_at;
+                            last_progress_ > path.last_timeout_at || OnlyFillersOutstanding(path);
+  // ... but "every path is silent" is only a fair reading if every path was asked. Paths with
+  // nothing outstanding have said nothing: several paths dead behind one route while the rest of
+  // the connection is idle would otherwise keep each other's expiries from counting until the
+  // connection itself gave up. Their data goes to the idle paths as hedges [R5b]: if the hedges
+  // are acknowledged the connection made progress, and this path's next expiry counts.
+  if (!attributable && !path.overtaken &&
+      std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
+        return &p != &path && Usable(p) && p.outstanding() == 0;
+      })) {
+    Hedge(now, path);
+  }
   path.last_timeout_at = now;
   if (cfg_.profile.recovery == RecoveryPolicy::kGoBackN) {
     path.gbn_resending = true;

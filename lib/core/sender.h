@@ -56,7 +56,8 @@ struct SentPacket {
   uint64_t last_tx_order = 0;
   Instant sent_at{0};
   uint32_t bytes = 0;
-  uint8_t transmissions = 0;
+  uint8_t transmissions = 0;  // every transmission of this PSN (Karn's rule, [R5])
+  uint8_t counted = 0;  // those counted against max_transmissions: not RNR retries or GBN resends
   bool acked = false;
   bool hedged = false;   // [R5b] its data unit was also queued for another path
   Instant rnr_until{0};  // after an RNR NAK: do not retransmit before this
@@ -119,6 +120,7 @@ struct SenderPath {
   PathStats stats;
 
   SentPacket& at(uint32_t psn) { return ring[psn % wire::kSackBits]; }
+  const SentPacket& at(uint32_t psn) const { return ring[psn % wire::kSackBits]; }
   uint32_t outstanding() const { return next_psn - snd_una; }
 };
 
@@ -142,6 +144,7 @@ class Sender {
 
  private:
   OutboundMessage* Find(uint32_t msg_seq);
+  const OutboundMessage* Find(uint32_t msg_seq) const;
   // The next data unit to send: the reroute queue's front (then *queued points at it), else the
   // next one never sent (*queued null).
   bool NextPacket(Instant now, PacketRef* out, const Reroute** queued);
@@ -173,6 +176,9 @@ class Sender {
   void DetectLosses(Instant now, SenderPath& path);
   void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);
   void OnPathTimeout(Instant now, SenderPath& path);
+  // True when every PSN outstanding on `path` carries a data unit already acknowledged through
+  // another path (or of a message done): its retransmissions would be FILLERs [R8].
+  bool OnlyFillersOutstanding(const SenderPath& path) const;
   void CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent);
   // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
   void Hedge(Instant now, SenderPath& path);

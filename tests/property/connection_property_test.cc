@@ -295,16 +295,18 @@ struct RegressionSeed {
 constexpr RegressionSeed kRegressionSeeds[] = {
     // Two paths whose route drops everything while every other path is idle: neither expiry was
     // attributed (the other was outstanding too), so neither failed and the connection died of
-    // no_progress_timeout. Fixed by hedging onto the idle paths (spec [R5] step 2).
+    // no_progress_timeout. Fixed by hedging onto the idle paths (spec [R5] step 2). Others: a
+    // FILLER was counted against every transmission of its PSN, RNR retries included, so a PSN
+    // the responder had answered with RNR for long failed the connection (spec §9).
     {6320, "two dead paths, the rest idle: flapping route aliased with the PTO"},
     {12648, "two dead paths, the rest idle"},
     {14906, "two dead paths, the rest idle"},
     {16562, "two dead paths, the rest idle"},
     {17060, "two dead paths, the rest idle"},
-    {22123, "two dead paths, the rest idle"},
-    {24446, "two dead paths, the rest idle"},
+    {22123, "a PSN answered by RNR for long, then a FILLER: RNR retries spent its budget"},
+    {24446, "a PSN answered by RNR for long, then a FILLER: RNR retries spent its budget"},
     {31553, "two dead paths, the rest idle"},
-    {38502, "two dead paths, the rest idle"},
+    {38502, "a PSN answered by RNR for long, then a FILLER: RNR retries spent its budget"},
     {68110, "two dead paths, the rest idle"},
 };
 

@@ -678,6 +678,43 @@ TEST(Sender_Health, AConnectionSilentAsAWholeFailsNoPath) {
   for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(r.conn.path_stats(p).state, PathState::kActive);
 }
 
+// [R5] step 2: two paths behind one dead route while every other path is idle. Each dead path
+// has a sibling with packets outstanding (the other dead one), and nothing makes progress, which
+// reads like a connection silent as a whole; but the idle paths were never asked. The silent
+// paths' data goes to them as hedges, their ACKs are progress, and from then on the dead paths'
+// expiries count: both fail and rotate, and the message completes long before the connection's
+// no_progress_timeout (issue 11: property seeds 6320, 12648, ...).
+TEST(Sender_Health, DeadPathsBesideIdleOnesHedgeTheirDataAndFail) {
+  ConnectionConfig c = RequesterConfig(4);
+  c.no_progress_timeout = std::chrono::milliseconds(100);
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 4 * kMtu);  // psn 0 on each path
+  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
+  r.Feed(At(10 * kUs), Requester::Ack(1, 1, 0));
+  r.sink.Clear();
+  // Paths 2 and 3 never answer; whatever goes to paths 0 and 1 is acknowledged at once.
+  std::vector<uint32_t> next_cum = {1, 1};
+  for (Instant t = r.conn.NextDeadline(); t <= At(20000 * kUs); t = r.conn.NextDeadline()) {
+    r.conn.OnTimer(t);
+    for (const RecordedPacket& p : r.sink.packets()) {
+      if (p.packet.path_id < 2 && p.packet.opcode != wire::Opcode::kProbe) {
+        r.Feed(t + 5 * kUs, Requester::Ack(p.packet.path_id, ++next_cum[p.packet.path_id],
+                                           p.packet.psn));
+      }
+    }
+    r.sink.Clear();
+    if (r.conn.path_stats(2).rotations > 0 && r.conn.path_stats(3).rotations > 0) break;
+  }
+  std::vector<WcStatus> st;
+  EXPECT_THAT(r.CompletedIds(&st), ElementsAre(1));
+  EXPECT_THAT(st, ElementsAre(WcStatus::kSuccess));
+  EXPECT_EQ(r.conn.counters().hedged_packets, 2u);  // psn 0 of paths 2 and 3, once each
+  EXPECT_EQ(r.conn.path_stats(2).rotations, 1u);
+  EXPECT_EQ(r.conn.path_stats(3).rotations, 1u);
+  EXPECT_EQ(r.conn.path_stats(0).rotations + r.conn.path_stats(1).rotations, 0u);
+  EXPECT_EQ(r.conn.state(), Connection::State::kReady);
+}
+
 // [R5a] While another path has packets outstanding and nothing at all makes progress (the peer
 // or the network stalls as a whole; here path 0 holds the hedges), the overtaken path's short
 // timer proves nothing: it falls back to the ordinary timer. New evidence from a sibling brings
@@ -832,14 +869,17 @@ TEST(Sender_Rotation, NeverPicksTheDataPort) {
   c.rotate_port_hi = wire::kDefaultUdpPort + 7;
   c.rotation_rate = 1e6;  // not about the rate limit
   Requester r(c);
+  int rotations = 0;
   for (int k = 0; k < 60; ++k) {
     ASSERT_TRUE(r.conn.RequestRotation(At(k * 200 * kUs), static_cast<uint16_t>(k % 2)).ok());
     for (const PathEvent& e : r.RawEvents()) {
       if (e.kind == PathEvent::Kind::kPortRotated) {
         EXPECT_NE(e.new_port, wire::kDefaultUdpPort) << "rotation " << k;
+        ++rotations;
       }
     }
   }
+  EXPECT_EQ(rotations, 60);  // every request rotated: the check above saw every pick
 }
 
 // paths-and-recovery.md §7.3: "When a path becomes Failed (and likewise when an Active or Suspect
