@@ -4,6 +4,11 @@ report.md, summary.json (the headline keys, numeric), the raw JSON of every run,
 (an SVG per gnuplot script; each script sets a title, xlabel and ylabel, and the report names the
 figure's source JSON files, which exist). Exit 77 (skip) when gnuplot is missing.
 
+Then it checks that the report's conclusions are what the figures say: the wording of section 2
+against ratios recomputed here from the raw runs, once as measured and once with runs doctored to
+say the opposite (rebuilt with --report-only), and section 4's fault and verification wording
+against a made-up tools/bench/datapath output (its JSON and log) in both shapes.
+
 usage: eval_quick_test.py TOOLS_EVAL_RUN MRSIM
 """
 import json
@@ -13,6 +18,157 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+SAME_WITHIN = 0.05  # tools/eval/run's: closer than this is "about the same"
+
+
+def word(a, b):
+    if a > b * (1 + SAME_WITHIN):
+        return "more"
+    if a < b * (1 - SAME_WITHIN):
+        return "less"
+    return "same"
+
+
+def load_run(out, name):
+    with open(os.path.join(out, "runs", name + ".json")) as fh:
+        return json.load(fh)
+
+
+def save_run(out, name, doc):
+    with open(os.path.join(out, "runs", name + ".json"), "w") as fh:
+        json.dump(doc, fh)
+
+
+def report_only(run, env, out, expect, what):
+    proc = subprocess.run([sys.executable, run, "--quick", "--no-test-run", "--report-only", out],
+                          env=env, capture_output=True, text=True)
+    expect(proc.returncode == 0, "%s: --report-only exited %d: %s" % (
+        what, proc.returncode, proc.stderr.strip()[-500:]))
+    with open(os.path.join(out, "report.md")) as fh:
+        report = fh.read()
+    with open(os.path.join(out, "summary.json")) as fh:
+        return report, json.load(fh)
+
+
+def check_section2(out, report, expect, what):
+    """Section 2's conclusions against the figures of the runs in OUT, recomputed here."""
+    step = lambda n: load_run(out, n)["step_us"]["p99"]
+    msg = lambda n: load_run(out, n)["completion_us"]["p99"]
+    r1 = step("step_reorder_spine_loss_1") / step("step_metaroce_spine_loss_1")
+    r5 = step("step_reorder_spine_loss_5") / step("step_metaroce_spine_loss_5")
+    trend = {"more": "grows", "less": "shrinks", "same": "stays about the same"}
+    for w, phrase in trend.items():
+        said = "its p99 step against MetaRoCE's %s" % phrase in report
+        expect(said == (w == word(r5, r1)),
+               "%s: the report %s that the reorder buffer's gap %s with loss (x%.3f at 1 %%, "
+               "x%.3f at 5 %%)" % (what, "says" if said else "does not say", phrase, r1, r5))
+    m1 = msg("step_reorder_spine_loss_1") / msg("step_metaroce_spine_loss_1")
+    rel = {"more": "more than", "less": "less than", "same": "about the same as"}[word(m1, r1)]
+    expect("MetaRoCE's, %s its step p99" % rel in report,
+           "%s: message p99 ratio x%.3f is '%s' the step p99 ratio x%.3f in the report" % (
+               what, m1, rel, r1))
+    scen = ("lossless", "spine_loss_1")
+    steps = {s: step("step_metaroce_%s_ordered" % s) / step("step_metaroce_%s" % s) for s in scen}
+    msgs = {s: msg("step_metaroce_%s_ordered" % s) / msg("step_metaroce_%s" % s) for s in scen}
+    same = all(word(v, 1.0) == "same" for v in steps.values())
+    expect(("within 5 % of unordered everywhere" in report) == same and
+           ("more than 5 % from unordered in" in report) == (not same),
+           "%s: ordered vs unordered step p99 %r: the report says %s" % (
+               what, steps, "the same" if same else "they differ"))
+    costs = any(word(v, 1.0) == "more" for v in msgs.values())
+    expect(("ordering costs x" in report) == costs and
+           ("no cost beyond 5 % in message completion time" in report) == (not costs),
+           "%s: ordered vs unordered message p99 %r: the report says ordering %s" % (
+               what, msgs, "costs" if costs else "costs nothing"))
+
+
+def datapath_output(out, loss1_spine, verify_all):
+    """A made-up tools/bench/datapath result (its JSON and log, as tools/eval/run saves them)."""
+    runs = [("raw_bw", "raw AF_XDP bandwidth", "raw_bw -D 4 --report_gbits", None),
+            ("write_bw", "MetaRoCE write bandwidth", "write_bw -D 4 -s 65536 --report_gbits",
+             None),
+            ("clean_verify", "MetaRoCE write bandwidth, verified",
+             "write_bw -D 4 --verify --report_gbits", None),
+            ("loss1", "1 % loss", "write_bw -D 4 --verify --report_gbits",
+             "mrfabric fault %s --plane all drop 1" % loss1_spine),
+            ("blackhole", "spine 1 blackholed mid-run", "write_bw -D 5 --verify --report_gbits",
+             "mrfabric fault 1 --plane all blackhole on --udp-dport 4792"),
+            ("metaroce_loss1", "MetaRoCE, 1 % loss on every spine",
+             "write_bw -D 4 --verify --report_gbits --paths 8", "mrfabric fault all --plane all "
+             "drop 1"),
+            ("gbn_loss1", "go-back-N, 1 % loss on every spine",
+             "write_bw -D 4 --verify --report_gbits --transport gbn -q 8 --paths 1",
+             "mrfabric fault all --plane all drop 1")]
+    log, dropped = [], {}
+    for i, (key, label, args, fault) in enumerate(runs):
+        if verify_all and "--verify" not in args:
+            args += " --verify"
+        log.append("== %s: mrperf %s --interface pl0,pl1 -p 18515" % (label, args))
+        if fault:
+            dropped[key] = 100 + 17 * i
+            log.append("%s: %d packets dropped (the fault program's counters)" % (fault,
+                                                                                 dropped[key]))
+        log.append(" #bytes     #iterations    BW peak[Gb/sec]")
+    gbps = {k + "_gbps": 1.0 + i / 10 for i, (k, _, _, _) in enumerate(runs)}
+    gbps["udp_bw_gbps"] = 0.5
+    doc = {"version": 1, "bw_vs_raw": 0.9, "lat_vs_raw": 1.2, "loss1_vs_clean": 0.8,
+           "metaroce_vs_gbn_loss1": 2.5, "blackhole_failed_ops": 0, "data_errors": 0,
+           "raw": dict(gbps, fault_dropped=dropped, retransmits={}),
+           "eval_command": "BENCH_SECONDS=4 tools/bench/datapath"}
+    save_run(out, "fabric_datapath", doc)
+    with open(os.path.join(out, "runs", "fabric_datapath.log"), "w") as fh:
+        fh.write("\n".join(log) + "\n")
+
+
+def check_conclusions(run, env, out, expect):
+    with open(os.path.join(out, "report.md")) as fh:
+        check_section2(out, fh.read(), expect, "as measured")
+
+    # The same figures doctored to say the opposite: the wording must follow them.
+    r1 = load_run(out, "step_reorder_spine_loss_1")["step_us"]["p99"] / \
+        load_run(out, "step_metaroce_spine_loss_1")["step_us"]["p99"]
+    for name, field, factor in (
+            # the reorder buffer's gap at 5 % becomes half (or double) the gap at 1 %
+            ("step_reorder_spine_loss_5", "step_us", None),
+            # ordering now lengthens the lossless step by half, and costs messages nothing
+            ("step_metaroce_lossless_ordered", "step_us", 1.5),
+            ("step_metaroce_spine_loss_1_ordered", "completion_us", 1.0),
+            ("step_metaroce_lossless_ordered", "completion_us", 1.0)):
+        doc = load_run(out, name)
+        if factor is None:
+            m5 = load_run(out, "step_metaroce_spine_loss_5")["step_us"]["p99"]
+            r5 = doc["step_us"]["p99"] / m5
+            doc["step_us"]["p99"] = m5 * r1 * (0.5 if word(r5, r1) != "less" else 2.0)
+        else:
+            base = load_run(out, name.replace("_ordered", ""))[field]["p99"]
+            doc[field]["p99"] = base * factor
+        save_run(out, name, doc)
+    report, summary = report_only(run, env, out, expect, "doctored runs")
+    check_section2(out, report, expect, "doctored runs")
+    expect(summary.get("ordered_vs_unordered", {}).get("step_same") is False,
+           "doctored runs: summary.json says ordered steps differ")
+
+    # Section 4 from a made-up datapath bench output: loss on one spine, runs without --verify.
+    datapath_output(out, 0, verify_all=False)
+    report, summary = report_only(run, env, out, expect, "fabric, one spine, partly verified")
+    report = report[report.find("## 4."):report.find("## Runs")]
+    expect("goodput with 1 % loss on spine 0 of each plane vs clean" in report,
+           "section 4 places the loss1 fault on spine 0 of each plane")
+    expect("every spine" not in re.sub(r"MetaRoCE vs go-back-N goodput, [^|]*", "", report),
+           "section 4 says 'every spine' only where the fault was on every spine")
+    expect("not in raw AF_XDP bandwidth, MetaRoCE write bandwidth" in report and
+           "every run verified" not in report and "every byte" not in report,
+           "section 4 names the runs that did not verify their bytes")
+    expect((summary.get("fabric") or {}).get("faults", {}).get("loss1", {}).get("words") ==
+           "1 % loss on spine 0 of each plane", "summary.json has the loss1 fault's place")
+    # ... and on every spine, every run verified.
+    datapath_output(out, "all", verify_all=True)
+    report, _ = report_only(run, env, out, expect, "fabric, every spine, all verified")
+    report = report[report.find("## 4."):report.find("## Runs")]
+    expect("goodput with 1 % loss on every spine of every plane vs clean" in report,
+           "section 4 says every spine when the loss1 fault was on every spine")
+    expect("every run verified its bytes" in report, "section 4 says every run verified")
 
 
 def main():
@@ -119,6 +275,8 @@ def main():
                 for s in srcs:
                     expect(os.path.isfile(os.path.join(out, s)), "%s source %s exists" % (fig, s))
             expect(fig in summary.get("figures", {}), "summary.json lists %s" % fig)
+
+        check_conclusions(run, env, out, expect)
 
     if failures:
         print("%d check(s) failed" % len(failures))
