@@ -502,6 +502,7 @@ void Simulation::OnTransmit(Direction direction, const core::TxMeta& meta,
 }
 
 void Simulation::OnArrival(Datagram& datagram) {
+  if (config_.on_arrival) config_.on_arrival(datagram);
   const Host host = datagram.direction == Direction::kAToB ? Host::kB : Host::kA;
   core::Endpoint& endpoint = EndpointOf(host);
   if (host == Host::kA) {

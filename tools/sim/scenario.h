@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -117,6 +118,11 @@ struct ScenarioConfig {
   Duration bin{0};  // goodput timeline bin; 0: 2 x BaseRtt()
   Duration sample_interval{0};  // path telemetry samples of connection 1; 0: none
   uint32_t max_path_events = 64;  // path events recorded with their details (all are counted)
+
+  // Test seam: sees every datagram as it reaches its host, before that host's core does, and
+  // may change its bytes (a fabric that corrupts data undetected). The verifier's own tests use
+  // it to show that a wrong byte is caught; empty in every real run.
+  std::function<void(Datagram&)> on_arrival;
 
   // Refuses inconsistent settings with a reason that names the flag to fix.
   absl::Status Validate() const;

@@ -1,10 +1,12 @@
 #include "tools/sim/scenario.h"
 
+#include <map>
 #include <string>
 #include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/wire/packet.h"
 #include "tools/sim/report.h"
 
 namespace metaroce::sim {
@@ -78,6 +80,61 @@ TEST_P(Scenario_Operations, VerifiedUnderLoss) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, Scenario_Operations,
+                         ::testing::Values(Operation::kWrite, Operation::kSend,
+                                           Operation::kWriteImm),
+                         [](const auto& info) { return std::string(OperationName(info.param)); });
+
+// The verifier itself: one payload byte flipped in flight (the third data packet B receives;
+// nothing on the wire checks payloads) is placed by the core as it came, and the run must report
+// it as a data error of the operation's kind. The same run through a seam that changes nothing
+// is clean, so the error is the flipped byte's.
+class Scenario_Verifier : public ::testing::TestWithParam<Operation> {};
+
+TEST_P(Scenario_Verifier, ReportsAByteCorruptedInFlight) {
+  for (const bool flip : {false, true}) {
+    SCOPED_TRACE(flip ? "one byte flipped" : "nothing changed");
+    ScenarioConfig c = SmallConfig();
+    c.op = GetParam();
+    int data_packets = 0, flipped = 0;
+    c.on_arrival = [&](Datagram& d) {
+      if (d.direction != Direction::kAToB) return;
+      const wire::ParseResult p = wire::Parse(d.bytes);
+      if (!p.ok() || !wire::IsData(p.packet.opcode) || p.packet.payload.empty()) return;
+      if (++data_packets != 3 || !flip) return;
+      const size_t at = static_cast<size_t>(p.packet.payload.data() - d.bytes.data()) +
+                        p.packet.payload.size() / 2;
+      d.bytes[at] ^= std::byte{0x01};
+      ++flipped;
+    };
+    absl::StatusOr<ScenarioResult> r = RunScenario(c);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_GE(data_packets, 3);
+    EXPECT_EQ(r->resent_data_packets, 0u) << "a resend could have put the right byte back";
+    // The core cannot tell: every message still completes.
+    EXPECT_EQ(r->messages_completed, c.TotalMessages()) << Describe(*r);
+    if (!flip) {
+      EXPECT_EQ(r->data_errors, 0u) << Describe(*r);
+      continue;
+    }
+    ASSERT_EQ(flipped, 1);
+    std::map<std::string, uint64_t> want;
+    switch (c.op) {
+      case Operation::kWrite: want = {{"write_data_mismatch", 1}}; break;
+      case Operation::kSend: want = {{"send_data_mismatch", 1}}; break;
+      // Checked twice: at B's receive completion, and again at A's completion (RC: placed
+      // before acknowledged).
+      case Operation::kWriteImm:
+        want = {{"write_data_mismatch", 1}, {"write_imm_data_mismatch", 1}};
+        break;
+    }
+    EXPECT_EQ(r->data_errors_by_kind, want) << Describe(*r);
+    uint64_t total = 0;
+    for (const auto& [kind, n] : want) total += n;
+    EXPECT_EQ(r->data_errors, total);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, Scenario_Verifier,
                          ::testing::Values(Operation::kWrite, Operation::kSend,
                                            Operation::kWriteImm),
                          [](const auto& info) { return std::string(OperationName(info.param)); });
