@@ -47,7 +47,9 @@ def main():
     env = dict(os.environ, METAROCED=metaroced, MRCTL=mrctl, MRPERF=mrperf, MRFABRIC=mrfabric)
     harness.interrupt_on_sigterm()
     f = harness.Failures(width=72, flush=True)
-    proc = subprocess.Popen([sys.executable, campaign, "soak", "--minutes", minutes],
+    # A fabric name of its own: a soak run by hand (mrsoak) is never torn down by the test.
+    proc = subprocess.Popen([sys.executable, campaign, "soak", "--minutes", minutes,
+                             "--name", "mrsoakt"],
                             stdout=subprocess.PIPE, text=True, env=env)
     try:
         out, _ = proc.communicate(timeout=60 * float(minutes) + 600)

@@ -165,6 +165,7 @@ class Soak:
         self.fatal = None
         self.t0 = None
         self.minutes = None
+        self.last_kill_s = float("-inf")
         self.paused = False
         self.run_seq = 0
         self.loops = [
@@ -462,6 +463,7 @@ class Soak:
         proc.kill()
         proc.wait(timeout=10)
         lp["run"]["killed"] = role
+        self.last_kill_s = self.now()
         self.faults["app_kills"] += 1
         self.pending_cleanups.append({"host": host, "pid": proc.pid, "at": self.now(),
                                       "daemon_pid": self.md.procs[host].pid,
@@ -502,10 +504,13 @@ class Soak:
             total += c[name]
         return total
 
-    def flap_tick(self, force_off=False):
+    def flap_tick(self, start_new=True, force_off=False):
+        """Starts an episode when one is due (start_new), ends the current one when its time is
+        over and it has dropped something (or its extra time is over too), or at once
+        (force_off: cut short, it proves nothing and fails nothing unless already overdue)."""
         now = self.now()
         if self.flap is None:
-            if force_off or now < self.next_flap:
+            if not start_new or force_off or now < self.next_flap:
                 return
             spine = self.rng.choice(FLAP_SPINES)
             plane = self.rng.choice(("0", "1", "all"))
@@ -575,8 +580,16 @@ class Soak:
         """Quiesces (no runs, no churned connections, no blackhole), lets both daemons settle
         to the long-lived connection alone, and samples every live daemon instance."""
         self.note("checkpoint (%s): quiescing" % label)
-        self.paused = True
+        # The blackhole under way ends as it would have, with the applications still running,
+        # so that it can prove itself; no new one starts until the checkpoint is over.
+        deadline = time.monotonic() + FLAP_ON_S[1] + FLAP_PROOF_EXTRA_S + 5
+        while self.flap is not None and time.monotonic() < deadline:
+            for lp in self.loops:
+                self.poll_loop(lp)
+            self.flap_tick(start_new=False)
+            time.sleep(0.1)
         self.flap_tick(force_off=True)
+        self.paused = True
         deadline = time.monotonic() + self.args.run_seconds + RUN_SLACK_S + 10
         while any(lp["run"] is not None for lp in self.loops) and time.monotonic() < deadline:
             for lp in self.loops:
@@ -679,14 +692,15 @@ class Soak:
                 break
             for lp in self.loops:
                 self.poll_loop(lp)
+            # After the end, the episode under way still finishes (and proves itself).
+            self.flap_tick(start_new=now < total_s)
             if now < total_s:
-                self.flap_tick()
                 self.churn_tick()
-            elif self.flap is not None:
-                self.flap_tick(force_off=True)
             self.check_persistent()
             self.check_cleanups()
-            if restarts and now >= restarts[0] and not self.restart_pending():
+            # A kill delayed (no run old enough, a checkpoint) may not crowd a restart either.
+            if restarts and now >= restarts[0] and not self.restart_pending() and \
+                    now - self.last_kill_s >= 15:
                 restarts.pop(0)
                 self.restart_daemon(RESTARTED_HOST)
             if kills and now >= kills[0]:
