@@ -11,7 +11,8 @@
 // to the caller until Release()); the other half through the TX and completion rings.
 //
 // Modes: zero-copy needs driver support (veth has none: EOPNOTSUPP); kAuto tries it and falls
-// back to copy mode, and description() says which one is in use. In copy mode the kernel
+// back to copy mode. zero_copy() says which one is in use (to code: tools report it from there);
+// description() says it to people, with the driver's refusal. In copy mode the kernel
 // transmits at most 32 frames per sendto() kick and answers EAGAIN when more remain: Flush()
 // kicks until the TX ring is drained or the kernel stops making progress.
 //
@@ -109,7 +110,7 @@ class AfXdpPort final : public PacketPort {
   int xsk_fd() const { return xsk_fd_; }
   uint32_t queue_id() const { return options_.queue_id; }
   uint32_t ifindex() const { return ifindex_; }
-  bool zero_copy() const { return zero_copy_; }
+  bool zero_copy() const { return zero_copy_; }  // bound with XDP_ZEROCOPY (else XDP_COPY)
   const IpAddress& local_ip() const { return local_ip_; }
   const MacAddress& local_mac() const { return local_mac_; }
 

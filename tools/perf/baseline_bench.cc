@@ -238,6 +238,7 @@ struct Setup {
   std::unique_ptr<api::Datapath> dp;
   std::vector<std::unique_ptr<DatagramIo>> ios;  // per worker thread
   std::vector<io::IpAddress> peer_ips;           // per plane
+  PortModes port_modes;                          // of the raw tests' ports
 };
 
 absl::Status OpenIo(Setup& s, std::shared_ptr<api::MemoryPairBroker> broker, int side,
@@ -265,6 +266,7 @@ absl::Status OpenIo(Setup& s, std::shared_ptr<api::MemoryPairBroker> broker, int
         spec.mtu = s.mtu;
         absl::StatusOr<std::unique_ptr<io::PacketPort>> port = s.dp->Open(spec);
         if (!port.ok()) return port.status();
+        s.port_modes.Record(**port);
         ports.push_back(*std::move(port));
       }
       s.ios.push_back(std::make_unique<PortIo>(std::move(ports)));
@@ -345,6 +347,7 @@ JsonValue DocumentHead(const Setup& s, std::string_view role) {
   config["datagram_bytes"] = wire::kDataHeadersSize + std::min<uint64_t>(s.o.size, s.mtu);
   JsonValue& d = config["port_descriptions"] = JsonValue::MakeArray();
   for (const auto& io : s.ios) d.Push(io->description());
+  config["zero_copy"] = s.port_modes.zero_copy();
   if (!IsRaw(s.o.test)) config["port_kind"] = "kernel_udp";
   doc["config"] = std::move(config);
   return doc;

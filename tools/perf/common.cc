@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "lib/api/stats_json.h"
+#include "lib/io/af_xdp_port.h"
 #include "lib/core/path_state.h"
 
 namespace metaroce::perf {
@@ -184,6 +185,24 @@ bool EmitJson(const PerfOptions& o, const JsonValue& doc) {
   }
   if (o.json_stdout) std::printf("%s\n", doc.Dump().c_str());
   return ok;
+}
+
+void PortModes::Record(const io::PacketPort& port) {
+  const auto* xsk = dynamic_cast<const io::AfXdpPort*>(&port);
+  if (xsk == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  ++af_xdp_;
+  if (xsk->zero_copy()) ++zero_copy_;
+}
+
+bool PortModes::zero_copy() const {
+  absl::MutexLock lock(&mu_);
+  return af_xdp_ > 0 && zero_copy_ == af_xdp_;
+}
+
+int PortModes::af_xdp_ports() const {
+  absl::MutexLock lock(&mu_);
+  return af_xdp_;
 }
 
 }  // namespace metaroce::perf

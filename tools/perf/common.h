@@ -8,9 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/api/connection.h"
 #include "lib/api/port_factory.h"
 #include "lib/engine/worker.h"
+#include "lib/io/packet_port.h"
 #include "tools/perf/json.h"
 #include "tools/perf/options.h"
 
@@ -63,5 +66,22 @@ api::DatapathOptions DatapathOptionsFor(const PerfOptions& o,
                                         std::shared_ptr<api::MemoryPairBroker> broker, int side);
 // Writes the document to --out_json and/or stdout (--json). Returns false on a write error.
 bool EmitJson(const PerfOptions& o, const JsonValue& doc);
+
+// How the ports a run opened are bound, asked of each port as it opens (AfXdpPort::zero_copy()),
+// never read back from their descriptions, which are prose for people.
+// Thread-safe: an engine opens its ports on its worker threads.
+class PortModes {
+ public:
+  void Record(const io::PacketPort& port);
+  // The JSON `zero_copy`: true when the run has AF_XDP ports and every one is bound in zero-copy
+  // mode; false otherwise (copy mode, or ports of another kind: UDP, memory).
+  bool zero_copy() const;
+  int af_xdp_ports() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  int af_xdp_ = 0 ABSL_GUARDED_BY(mu_);
+  int zero_copy_ = 0 ABSL_GUARDED_BY(mu_);
+};
 
 }  // namespace metaroce::perf

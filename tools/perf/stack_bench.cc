@@ -92,11 +92,15 @@ struct Qp {
   std::vector<uint32_t> free_slots;
 };
 
-// One side's stack: context (which owns the datapath), completion queues and connections, torn
-// down in order.
+// One side's stack: datapath, context, completion queues and connections, torn down in order
+// (the context and its ports before the datapath that detaches the XDP programs).
 struct Session {
   PerfOptions o;  // the effective test parameters (the server adopts the client's)
   uint32_t mtu = 0;
+  // Embedded engine: the datapath the context's port factory opens ports from, and how those
+  // ports are bound (recorded from the ports as they open).
+  std::unique_ptr<api::Datapath> datapath;
+  std::shared_ptr<PortModes> port_modes = std::make_shared<PortModes>();
   std::unique_ptr<api::Context> ctx;
   std::unique_ptr<api::CompletionQueue> scq, rcq;
   std::vector<Qp> qps;
@@ -115,7 +119,7 @@ struct Session {
   }
 
   // The embedded engine's datapath; null when attached to metaroced.
-  const api::Datapath* dp() const { return ctx->datapath(); }
+  const api::Datapath* dp() const { return datapath.get(); }
   size_t planes() const { return ctx->options().planes.size(); }
 };
 
@@ -153,18 +157,28 @@ absl::Status CreateStack(Session& s, std::shared_ptr<api::MemoryPairBroker> brok
   absl::StatusOr<std::unique_ptr<api::Datapath>> dp =
       api::Datapath::Create(DatapathOptionsFor(s.o, std::move(broker), side));
   if (!dp.ok()) return dp.status();
-  s.mtu = s.o.mtu != 0 ? s.o.mtu : (*dp)->DefaultMtu();
+  s.datapath = *std::move(dp);
+  s.mtu = s.o.mtu != 0 ? s.o.mtu : s.datapath->DefaultMtu();
   api::ContextOptions co;
-  for (const api::PlaneInfo& p : (*dp)->planes()) {
+  for (const api::PlaneInfo& p : s.datapath->planes()) {
     co.planes.push_back({p.ifname, p.local_ip.ToString()});
   }
-  co.port_kind = (*dp)->kind();
+  co.port_kind = s.datapath->kind();
   co.workers = s.o.workers;
   co.cpus = s.o.cpus;
   co.idle = s.o.spin ? engine::IdleStrategy::kSpin : engine::IdleStrategy::kPoll;
   co.udp_port = s.o.udp_port;
   co.mtu = s.mtu;
-  absl::StatusOr<std::unique_ptr<api::Context>> ctx = api::Context::Create(co, *std::move(dp));
+  // The session keeps the datapath (rather than handing it to the context) so that every port
+  // the engine opens passes through here, where its bind mode is recorded from the port itself.
+  api::PortFactory factory = [dp = s.datapath.get(), modes = s.port_modes](
+                                 const api::PortSpec& spec)
+      -> absl::StatusOr<std::unique_ptr<io::PacketPort>> {
+    absl::StatusOr<std::unique_ptr<io::PacketPort>> port = dp->Open(spec);
+    if (port.ok()) modes->Record(**port);
+    return port;
+  };
+  absl::StatusOr<std::unique_ptr<api::Context>> ctx = api::Context::Create(co, std::move(factory));
   if (!ctx.ok()) return ctx.status();
   s.ctx = *std::move(ctx);
   return absl::OkStatus();
@@ -764,14 +778,12 @@ JsonValue DocumentHead(const Session& s, std::string_view role) {
   if (s.ctx->is_attached()) config["daemon_socket"] = s.o.daemon_socket;
   std::vector<engine::WorkerStats> ws = s.ctx->Stats();
   JsonValue& ports = config["port_descriptions"] = JsonValue::MakeArray();
-  bool zero_copy = false;
   for (const engine::WorkerStats& w : ws) {
-    for (const std::string& d : w.port_descriptions) {
-      ports.Push(d);
-      zero_copy = zero_copy || d.find("zero-copy") != std::string::npos;
-    }
+    for (const std::string& d : w.port_descriptions) ports.Push(d);
   }
-  config["zero_copy"] = zero_copy;
+  // Attached: the ports are metaroced's, not this process's to ask (`mrctl -j daemon show`).
+  config["zero_copy"] = s.ctx->is_attached() ? JsonValue(nullptr)
+                                             : JsonValue(s.port_modes->zero_copy());
   doc["config"] = std::move(config);
   return doc;
 }
