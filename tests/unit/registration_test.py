@@ -6,7 +6,9 @@
   - the `probes` test is registered in every build (it skips, saying why, without <sys/sdt.h>).
 
 A GoogleTest program is a test command whose executable carries GoogleTest (its UnitTest
-symbol, or the text of its --gtest_output flag when statically linked and stripped).
+symbol, or the text of its --gtest_output flag when statically linked and stripped). Programs not
+built yet are listed and not checked (`meson test --suite unit` builds only the unit tests'
+dependencies); fewer than 10 GoogleTest programs in all means the detection is broken.
 
 usage: registration_test.py BUILD_ROOT     exit 0 pass, 1 fail
 """
@@ -38,6 +40,7 @@ def main():
     with open(intro) as f:
         tests = json.load(f)
     failures = []
+    unbuilt = []
     gtest_programs = 0
     for t in tests:
         name, cmd = t["name"], t["cmd"]
@@ -45,7 +48,9 @@ def main():
             continue
         kind = is_gtest_program(cmd[0])
         if kind is None:
-            failures.append("%s: cannot read %s (not built?)" % (name, cmd[0]))
+            # `meson test --suite unit` builds only what the unit tests need: the privileged
+            # programs are checked in a run that built them (a full build, or their suite).
+            unbuilt.append(name)
             continue
         if not kind:
             continue
@@ -62,6 +67,8 @@ def main():
     if gtest_programs < 10:
         failures.append("only %d GoogleTest programs found among %d tests: the detection is "
                         "broken" % (gtest_programs, len(tests)))
+    if unbuilt:
+        print("not built here, not checked: %s" % ", ".join(unbuilt))
     for f in failures:
         print("FAIL: %s" % f)
     if not failures:
