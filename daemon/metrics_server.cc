@@ -114,6 +114,19 @@ std::string MetricsServer::Respond(const std::string& head,
   return HttpResponse(200, std::string(kPrometheusContentType), render(), head_only);
 }
 
+std::optional<std::string> MetricsServer::AnswerTo(const std::string& received,
+                                                   size_t max_request_bytes,
+                                                   const std::function<std::string()>& render) {
+  const size_t end = HeadEnd(received);
+  if (end != std::string::npos && end <= max_request_bytes) {
+    return Respond(received.substr(0, end), render);
+  }
+  if (received.size() > max_request_bytes) {
+    return Error(431, absl::StrCat("request head larger than ", max_request_bytes, " bytes"));
+  }
+  return std::nullopt;
+}
+
 MetricsServer::MetricsServer(MetricsServerOptions options) : options_(std::move(options)) {}
 
 MetricsServer::~MetricsServer() { Stop(); }
@@ -233,12 +246,9 @@ void MetricsServer::Loop() {
         const ssize_t n = recv(c.fd, buf, sizeof(buf), 0);
         if (n > 0) {
           c.in.append(buf, static_cast<size_t>(n));
-          const size_t end = HeadEnd(c.in);
-          if (end != std::string::npos && end <= options_.max_request_bytes) {
-            finish(c, Respond(c.in.substr(0, end), options_.render));
-          } else if (c.in.size() > options_.max_request_bytes) {
-            finish(c, Error(431, absl::StrCat("request head larger than ",
-                                              options_.max_request_bytes, " bytes")));
+          if (std::optional<std::string> answer =
+                  AnswerTo(c.in, options_.max_request_bytes, options_.render)) {
+            finish(c, *std::move(answer));
           }
         } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
           done = true;  // closed before a complete request, or an error: nothing to answer

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -64,6 +65,13 @@ class MetricsServer {
   // server sends it; `render` is called only for a 200 answer. Pure apart from `render`
   // (unit tests).
   static std::string Respond(const std::string& head, const std::function<std::string()>& render);
+  // What the server sends a client that has sent `received` so far: Respond() to the head once
+  // it is complete within max_request_bytes, 431 once `received` is over max_request_bytes
+  // without a complete head, nullopt while more bytes are needed. Pure apart from `render` (unit
+  // tests; tests/fuzz/metrics_http_fuzzer.cc).
+  static std::optional<std::string> AnswerTo(const std::string& received,
+                                             size_t max_request_bytes,
+                                             const std::function<std::string()>& render);
 
  private:
   explicit MetricsServer(MetricsServerOptions options);

@@ -1,6 +1,7 @@
-// Writes the seed corpus of the fuzz targets: valid packets of every opcode (and a few invalid
-// ones) for parse_fuzzer, and short conversations for connection_fuzzer. The files in
-// tests/fuzz/corpus/ were made with it:
+// Writes the seed corpus of the binary fuzz targets: valid packets of every opcode (and a few
+// invalid ones) for parse_fuzzer, short conversations for connection_fuzzer, and set-up
+// messages of every kind for exchange_fuzzer. The files in tests/fuzz/corpus/{parse,connection,
+// exchange} were made with it (the text targets' seeds are written by hand):
 //
 //   build/tests/fuzz/make_seed_corpus tests/fuzz/corpus
 //
@@ -11,8 +12,10 @@
 #include <fstream>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "lib/api/exchange.h"
 #include "lib/wire/packet.h"
 #include "tests/fuzz/connection_fuzz_input.h"
 
@@ -174,6 +177,57 @@ void ConnectionSeeds(const fs::path& dir) {
   Write(dir / "unpatched.bin", raw.bytes());
 }
 
+std::vector<uint8_t> Bytes(const std::vector<std::byte>& body) {
+  std::vector<uint8_t> out(body.size());
+  for (size_t i = 0; i < body.size(); ++i) out[i] = static_cast<uint8_t>(body[i]);
+  return out;
+}
+
+// Set-up messages (lib/api/exchange.h): a request and a reply for each transport profile, IPv4
+// and IPv6 planes, private data, a confirm and a reject.
+void ExchangeSeeds(const fs::path& dir) {
+  const std::pair<const char*, core::TransportProfile> profiles[] = {
+      {"metaroce", core::TransportProfile::MetaRoce()},
+      {"gbn", core::TransportProfile::GoBackN()},
+      {"reorder", core::TransportProfile::ReorderBuffer(64 * 1024)}};
+  for (const auto& [name, profile] : profiles) {
+    api::ExchangeMessage m;
+    m.kind = api::ExchangeKind::kRequest;
+    api::ConnectionParameters& p = m.params;
+    p.conn_id = 7;
+    p.token = 0x0123456789abcdefull;
+    p.profile = profile;
+    p.path_count = profile.spray == core::SprayPolicy::kSinglePath ? 1 : 4;
+    for (uint16_t i = 0; i < p.path_count; ++i) p.initial_ports.push_back(50000 + i);
+    io::IpAddress v4;
+    v4.bytes[0] = 198;
+    v4.bytes[1] = 18;
+    v4.bytes[3] = 1;
+    p.plane_addresses.push_back(v4);
+    p.mtu = 4096;
+    p.max_send_queue = 256;
+    p.max_recv_queue = 256;
+    p.udp_port = 4792;
+    Write(dir / (std::string(name) + "_request.bin"), Bytes(api::EncodeExchange(m)));
+    m.kind = api::ExchangeKind::kReply;
+    io::IpAddress v6;
+    v6.v6 = true;
+    v6.bytes[0] = 0xfd;
+    v6.bytes[15] = 2;
+    p.plane_addresses.push_back(v6);
+    p.ordered_completion = true;
+    p.private_data = {std::byte{1}, std::byte{2}, std::byte{3}};
+    Write(dir / (std::string(name) + "_reply.bin"), Bytes(api::EncodeExchange(m)));
+  }
+  api::ExchangeMessage confirm;
+  confirm.kind = api::ExchangeKind::kConfirm;
+  Write(dir / "confirm.bin", Bytes(api::EncodeExchange(confirm)));
+  api::ExchangeMessage reject;
+  reject.kind = api::ExchangeKind::kReject;
+  reject.reason = "path counts differ: this side 4, the peer 8";
+  Write(dir / "reject.bin", Bytes(api::EncodeExchange(reject)));
+}
+
 }  // namespace
 }  // namespace metaroce::fuzz
 
@@ -186,8 +240,10 @@ int main(int argc, char** argv) {
   const fs::path root(argv[1]);
   fs::create_directories(root / "parse");
   fs::create_directories(root / "connection");
+  fs::create_directories(root / "exchange");
   metaroce::fuzz::ParseSeeds(root / "parse");
   metaroce::fuzz::ConnectionSeeds(root / "connection");
-  std::printf("seed corpus written to %s/{parse,connection}\n", root.c_str());
+  metaroce::fuzz::ExchangeSeeds(root / "exchange");
+  std::printf("seed corpus written to %s/{parse,connection,exchange}\n", root.c_str());
   return 0;
 }

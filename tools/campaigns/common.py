@@ -26,9 +26,10 @@ def repo_path(*parts):
 
 
 def from_env(variable, *default_parts):
-    """$variable when set and non-empty, else the path under the repository root."""
+    """$variable when set and non-empty, else the path under the repository root; absolute
+    either way (campaigns run their binaries from work directories)."""
     value = os.environ.get(variable)
-    return value if value else repo_path(*default_parts)
+    return os.path.abspath(value) if value else repo_path(*default_parts)
 
 
 def default_jobs():
