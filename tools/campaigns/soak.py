@@ -26,12 +26,13 @@ operation, failed conn.add/del or connection found in error is unexpected. Data 
 explained.
 
 Memory and descriptors: at checkpoints (after the warm-up, about 8 more spread over the run but
-at least 2 minutes apart, 30 s after each restart's survival, and at the end) the applications pause, churned connections are deleted and
-both daemons settle to the long-lived connection alone; then each daemon's open descriptors
-(/proc/PID/fd), resident size (/proc/PID/statm) and heap in use (daemon.show) are read. Growth
-is per daemon instance, from its first checkpoint to the end, for the instances alive at the end
-(host 0's lives the whole run; host 1's last one is measured from the checkpoint after its
-restart, and not at all when no checkpoint fell between its restart and the end).
+at least 2 minutes apart, 30 s after each restart's survival, and at the end) the applications
+pause, churned connections are deleted and both daemons settle to the long-lived connection
+alone; then each daemon's open descriptors (/proc/PID/fd), resident size (/proc/PID/statm) and
+heap in use (daemon.show) are read. Growth is per daemon instance, from its first checkpoint to
+the end, for the instances alive at the end (host 0's lives the whole run; host 1's last one is
+measured from its first checkpoint at least 30 s after its restart, and not at all when none
+came before the end).
 rss_growth_kib and fd_growth are the worst over those instances. The daemons run with glibc's
 per-thread malloc caches off (GLIBC_TUNABLES, as tools/bench/control does) so that their heap
 count is exact; --tcache runs them as deployed.
@@ -83,6 +84,7 @@ APP_CLEANUP_S = 10.0
 CHECKPOINT_MIN_EVERY_S = 120.0
 RUN_SLACK_S = 60.0         # a run lasting -D plus this much is hung: killed and unexpected
 SETTLE_S = 30.0
+RESTARTED_WARMUP_S = 30.0  # a restarted daemon's checkpoints count from this long after its start
 PERSISTENT_CHECK_S = 2.0
 MAX_DETAILS = 30
 
@@ -235,6 +237,10 @@ class Soak:
         self.connect_control(h)
         inst = {"host": h, "instance": sum(i["host"] == h for i in self.instances),
                 "pid": self.md.procs[h].pid, "started_s": round(self.now(), 1), "samples": []}
+        if h in self.instance_of:
+            # A restarted daemon's first minutes are its warm-up: a checkpoint falling in them
+            # (a periodic one may come seconds after the restart) is no baseline.
+            inst["warm_from_s"] = inst["started_s"] + RESTARTED_WARMUP_S
         self.instances.append(inst)
         self.instance_of[h] = inst
 
@@ -730,7 +736,8 @@ def harness_signals():
 
 
 def growth(inst, key):
-    samples = inst["samples"]
+    """From the instance's first checkpoint after its warm-up to its last."""
+    samples = [x for x in inst["samples"] if x["at_s"] >= inst.get("warm_from_s", 0.0)]
     if len(samples) < 2:
         return None
     return samples[-1][key] - samples[0][key]
@@ -750,7 +757,10 @@ def summarize(soak, interrupted):
             "host": i["host"], "instance": i["instance"], "pid": i["pid"],
             "started_s": i["started_s"], "ended_s": i.get("ended_s"),
             "lived_to_the_end": "ended_s" not in i,
-            "measured_from_s": s[0]["at_s"] if s else None, "measured_to_s": s[-1]["at_s"] if s else None,
+            "warm_from_s": i.get("warm_from_s", 0.0),
+            "measured_from_s": next((x["at_s"] for x in s
+                                     if x["at_s"] >= i.get("warm_from_s", 0.0)), None),
+            "measured_to_s": s[-1]["at_s"] if s else None,
             "rss_growth_kib": growth(i, "rss_kib"), "fd_growth": growth(i, "fds"),
             "heap_growth_bytes": growth(i, "heap_bytes"), "samples": s})
     f = soak.faults
