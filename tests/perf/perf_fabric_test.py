@@ -7,10 +7,13 @@ other traffic),
 with 5 % drop on one spine, with a spine blackholed mid-run, over the UDP port kind, and with 2
 workers (on a fabric with 2 queues per host link); write_lat and send_lat (inline engine) clean,
 and send_lat with the drop. Every run must report zero failed operations,
-zero data errors and verified messages in its JSON. The fabric is always torn down.
+zero data errors and, with --verify, every message verified in its JSON; every fault must have
+dropped packets by its program's counters (a fault that never acted fails its run), and the ping
+and TCP side job must not raise. The fabric is always torn down.
 
 usage: perf_fabric_test.py MRPERF MRFABRIC        exit 0 pass, 1 fail, 77 skip (not root)
 """
+import contextlib
 import json
 import os
 import shutil
@@ -18,7 +21,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
@@ -39,57 +41,72 @@ def main():
     fabric = harness.Fabric(mrfabric, NAME, whole_command_in_errors=True)
     ns = fabric.ns
 
-    def run(label, test, flags, during=None, verify=True):
+    def run(label, test, flags, around=None, verify=True):
+        """One mrperf run; around: a context manager entered as the client starts and left as
+        it ends (a harness.SpineFault, or a harness.SideThread of other traffic), whose failure
+        (a fault that never acted, a side job that raised) fails the run."""
         tmp = tempfile.mkdtemp(prefix="mrperf-test-")
         cjson = os.path.join(tmp, "client.json")
         common = ([test, "--interface", "pl0,pl1", "-D", SECONDS, "-p", "18600"] +
                   (["--verify"] if verify else []) + flags)
+        problems = []
         server = subprocess.Popen(["ip", "netns", "exec", ns(1), mrperf] + common,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)
-        side = None
-        if during is not None:
-            side = threading.Thread(target=during)
-            side.start()
-        client = subprocess.run(["ip", "netns", "exec", ns(0), mrperf] + common +
-                                ["--out_json", cjson, "198.18.0.6"], capture_output=True,
-                                text=True, timeout=120)
-        if side is not None:
-            side.join()
         try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.send_signal(signal.SIGINT)
-            server.wait(timeout=10)
-        problems = []
-        if not os.path.exists(cjson):
-            problems.append("no JSON (client exit %d: %s; server: %s)" %
-                            (client.returncode, client.stderr.strip(), server.stderr.read().strip()))
-        else:
-            with open(cjson) as f:
-                doc = json.load(f)
-            s, r = doc["summary"], doc["results"][0]
-            if s["failed_ops"] != 0:
-                problems.append("%d failed operations" % s["failed_ops"])
-            if s["data_errors"] != 0:
-                problems.append("%d data errors" % s["data_errors"])
-            if r["iterations"] == 0 or (verify and r["verified"] == 0):
-                problems.append("nothing verified (%d messages)" % r["iterations"])
-            # The server posts its -r receives before it lets the client start, and reposts
-            # each one as it completes: a client within its -t never meets receiver-not-ready.
-            rnr = sum(c["counters"]["rcvd_rnr_err"] for c in doc.get("connections", []))
-            if test == "send_bw" and rnr != 0:
-                problems.append("%d RNR NAKs received" % rnr)
-            if doc.get("version") != 1:
-                problems.append("JSON version %r" % doc.get("version"))
-            if client.returncode != 0:
-                problems.append("client exit %d: %s" % (client.returncode, client.stderr.strip()))
-            figure = ("%6.2f us  " % r["t_typical_us"] if "t_typical_us" in r else
-                      "%6.2f Gb/s" % r["bw_avg_gbps"])
-            print("%-40s %s  %6d messages, %6d verified, %6d retransmits%s" %
-                  (label, figure, r["iterations"], r["verified"],
-                   s.get("retransmits", 0), "" if not problems else "  FAIL: " + "; ".join(problems)))
-        shutil.rmtree(tmp, ignore_errors=True)
+            time.sleep(0.5)
+            try:
+                with around if around is not None else contextlib.nullcontext():
+                    client = subprocess.run(["ip", "netns", "exec", ns(0), mrperf] + common +
+                                            ["--out_json", cjson, "198.18.0.6"],
+                                            capture_output=True, text=True, timeout=120)
+            except (harness.SideThreadFailed, harness.FaultNotProved) as e:
+                problems.append(str(e))  # raised on leaving the block: the client has run
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.send_signal(signal.SIGINT)
+                server.wait(timeout=10)
+            if not os.path.exists(cjson):
+                problems.append("no JSON (client exit %d: %s; server: %s)" %
+                                (client.returncode, client.stderr.strip(),
+                                 server.stderr.read().strip()))
+            else:
+                with open(cjson) as f:
+                    doc = json.load(f)
+                s, r = doc["summary"], doc["results"][0]
+                if s["failed_ops"] != 0:
+                    problems.append("%d failed operations" % s["failed_ops"])
+                if s["data_errors"] != 0:
+                    problems.append("%d data errors" % s["data_errors"])
+                # Every measured message verified: a bandwidth test's server checks each message
+                # it receives (also those the client drained after the interval), a latency
+                # test's two sides each ping and each pong (also the warm-up's).
+                must_verify = r["iterations"] * (2 if test.endswith("_lat") else 1)
+                if r["iterations"] == 0:
+                    problems.append("no messages")
+                elif verify and r["verified"] < must_verify:
+                    problems.append("%d verified of %d (%d messages)" %
+                                    (r["verified"], must_verify, r["iterations"]))
+                # The server posts its -r receives before it lets the client start, and reposts
+                # each one as it completes: a client within its -t never meets receiver-not-ready.
+                rnr = sum(c["counters"]["rcvd_rnr_err"] for c in doc.get("connections", []))
+                if test == "send_bw" and rnr != 0:
+                    problems.append("%d RNR NAKs received" % rnr)
+                if doc.get("version") != 1:
+                    problems.append("JSON version %r" % doc.get("version"))
+                if client.returncode != 0:
+                    problems.append("client exit %d: %s" % (client.returncode,
+                                                            client.stderr.strip()))
+                figure = ("%6.2f us  " % r["t_typical_us"] if "t_typical_us" in r else
+                          "%6.2f Gb/s" % r["bw_avg_gbps"])
+                dropped = getattr(around, "dropped", None)
+                print("%-40s %s  %6d messages, %6d verified, %6d retransmits%s%s" %
+                      (label, figure, r["iterations"], r["verified"], s.get("retransmits", 0),
+                       "" if dropped is None else ", %d dropped by the fault" % dropped,
+                       "" if not problems else "  FAIL: " + "; ".join(problems)))
+        finally:
+            harness.kill_all([server])
+            shutil.rmtree(tmp, ignore_errors=True)
         if problems:
             failures.append("%s: %s" % (label, "; ".join(problems)))
 
@@ -133,13 +150,16 @@ def main():
         ping_ok["tcp_err"] = (cli.stderr + srv.stderr.read()).strip()
 
     def blackhole_mid_run():
-        time.sleep(1.5)
-        fabric("fault", "1", "--udp-dport", "4792", "blackhole", "on")
+        return harness.SpineFault(fabric, 1, "blackhole", "on", udp_dport=4792, delay_s=1.5)
+
+    def drop_5pct():
+        return harness.SpineFault(fabric, 0, "drop", "5")
 
     fabric.prepare()
     try:
         fabric.up()
-        run("write_bw clean (+ ping through XDP)", "write_bw", [], during=ping_during)
+        run("write_bw clean (+ ping through XDP)", "write_bw", [],
+            around=harness.SideThread("ping and TCP while mrperf runs", ping_during))
         if ping_ok.get("rc") != 0:
             failures.append("mrfabric ping failed while mrperf ran: %s" % ping_ok.get("out"))
         else:
@@ -156,15 +176,12 @@ def main():
         # Latency tests default to the inline engine (no engine thread: the app thread polls).
         run("write_lat clean (inline engine)", "write_lat", [])
         run("send_lat clean (inline engine)", "send_lat", [])
-        fabric("fault", "0", "drop", "5")
-        run("write_bw, 5 % drop on spine 0", "write_bw", [])
-        run("send_bw, 5 % drop on spine 0", "send_bw", [])
-        run("send_lat, 5 % drop on spine 0", "send_lat", [])
-        fabric("fault", "all", "clear")
-        run("write_bw, spine 1 blackholed mid-run", "write_bw", [], during=blackhole_mid_run)
-        fabric("fault", "all", "clear")
-        run("send_bw, spine 1 blackholed mid-run", "send_bw", [], during=blackhole_mid_run)
-        fabric("fault", "all", "clear")
+        # Each fault is set for one run, proved by its counters at the run's end, and cleared.
+        run("write_bw, 5 % drop on spine 0", "write_bw", [], around=drop_5pct())
+        run("send_bw, 5 % drop on spine 0", "send_bw", [], around=drop_5pct())
+        run("send_lat, 5 % drop on spine 0", "send_lat", [], around=drop_5pct())
+        run("write_bw, spine 1 blackholed mid-run", "write_bw", [], around=blackhole_mid_run())
+        run("send_bw, spine 1 blackholed mid-run", "send_bw", [], around=blackhole_mid_run())
         run("write_bw over --port-kind udp", "write_bw", ["--port-kind", "udp"])
         fabric("down")
         fabric.up("--queues", "2")
