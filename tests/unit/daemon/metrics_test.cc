@@ -410,6 +410,28 @@ TEST(MetricsServerRespond, Answers) {
   EXPECT_EQ(renders, 0);
 }
 
+TEST(MetricsServerAnswerTo, WaitsForTheWholeHeadWithinTheLimit) {
+  auto status_of = [](const std::optional<std::string>& r) {
+    return r ? r->substr(0, r->find("\r\n")) : std::string("(waits)");
+  };
+  EXPECT_EQ(status_of(MetricsServer::AnswerTo("", 64, Render)), "(waits)");
+  EXPECT_EQ(status_of(MetricsServer::AnswerTo("GET /metrics HTTP/1.1\r\n", 64, Render)),
+            "(waits)");
+  EXPECT_EQ(status_of(MetricsServer::AnswerTo("GET /metrics HTTP/1.1\r\n\r\n", 64, Render)),
+            "HTTP/1.1 200 OK");
+  // Bytes after the head (a body, a pipelined request) are not part of it.
+  EXPECT_EQ(MetricsServer::AnswerTo("GET /metrics HTTP/1.1\n\nGET / HTTP/1.1\n\n", 64, Render),
+            MetricsServer::Respond("GET /metrics HTTP/1.1\n\n", Render));
+  // A head of exactly the limit is answered; one byte more is 431, complete or not.
+  const std::string head = "GET /metrics HTTP/1.1\r\nX: " + std::string(30, 'a') + "\r\n\r\n";
+  EXPECT_EQ(status_of(MetricsServer::AnswerTo(head, head.size(), Render)), "HTTP/1.1 200 OK");
+  EXPECT_EQ(status_of(MetricsServer::AnswerTo(head, head.size() - 1, Render)),
+            "HTTP/1.1 431 Request Header Fields Too Large");
+  EXPECT_EQ(status_of(MetricsServer::AnswerTo(std::string(65, 'x'), 64, Render)),
+            "HTTP/1.1 431 Request Header Fields Too Large");
+  EXPECT_EQ(status_of(MetricsServer::AnswerTo(std::string(64, 'x'), 64, Render)), "(waits)");
+}
+
 // A client of the real server: sends `request` (in pieces if asked), reads to EOF.
 std::string Exchange(uint16_t port, const std::string& request, int timeout_ms = 5000) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
