@@ -1,11 +1,11 @@
 """Every libFuzzer target, one after the other, each forked on every CPU.
 
 Runs the *_fuzzer binaries of $FUZZ_BUILD/tests/fuzz/ (default build-fuzz/, docs/fuzzing.md says
-how to build it; this command builds nothing) for MINUTES in all, split evenly between the
-targets, each with libFuzzer's -fork=JOBS -ignore_crashes=1 (a crash is recorded and fuzzing
-goes on). The corpus lives outside the source tree, in $FUZZ_WORK (default
-/var/tmp/metaroce-fuzz)/<target>/corpus, seeded from tests/fuzz/corpus/<target>/ and kept
-between campaigns; crashes, timeouts and out-of-memory inputs land in <target>/artifacts/, and
+how to build it; this command builds nothing) for MINUTES in all, split between the targets in
+proportion to their --weight (1 each by default), each with libFuzzer's -fork=JOBS
+-ignore_crashes=1 (a crash is recorded and fuzzing goes on). The corpus lives outside the
+source tree, in $FUZZ_WORK (default /var/tmp/metaroce-fuzz)/<target>/corpus, seeded from
+tests/fuzz/corpus/<target>/ and kept between campaigns; crashes, timeouts and out-of-memory inputs land in <target>/artifacts/, and
 libFuzzer's whole output in <target>/fuzz.log. JSON summary last on stdout, per target:
   execs, execs_per_s, seconds     executions of the target's entry point (libFuzzer's count)
   crashes, crash_files            crash-* and leak-* inputs written during this campaign
@@ -44,6 +44,9 @@ def add_arguments(parser):
                         help="libFuzzer -fork processes per target (default: every CPU)")
     parser.add_argument("--targets", nargs="+", metavar="TARGET",
                         help="only these targets (names without _fuzzer, e.g. parse connection)")
+    parser.add_argument("--weight", action="append", default=[], metavar="TARGET=W",
+                        help="give TARGET W shares of the time (default 1 each), e.g. "
+                             "--weight connection=4: slow targets need more (repeatable)")
     parser.add_argument("--timeout", type=int, default=30,
                         help="seconds one input may take before it counts as a timeout "
                              "(default 30)")
@@ -67,6 +70,22 @@ def find_targets(fuzz_dir, wanted):
         raise common.CannotRun(f"no such target(s) in {fuzz_dir}: {', '.join(missing)} "
                                f"(there: {', '.join(found)})")
     return list(wanted)
+
+
+def parse_weights(specs, targets):
+    weights = {t: 1.0 for t in targets}
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        if name not in weights:
+            raise common.CannotRun(f"--weight {spec}: no target {name} in this campaign "
+                                   f"({', '.join(targets)})")
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise common.CannotRun(f"--weight {spec}: expected TARGET=NUMBER") from None
+        if weights[name] <= 0:
+            raise common.CannotRun(f"--weight {spec}: the weight must be positive")
+    return weights
 
 
 def list_files(directory):
@@ -141,7 +160,8 @@ class TargetRun:
         self.wall = time.monotonic() - start
 
     def describe(self, label, elapsed):
-        text = f"{label} {common.format_duration(elapsed)} of {common.format_duration(self.seconds)}"
+        text = (f"{label} {common.format_duration(elapsed)} of "
+                f"{common.format_duration(self.seconds)}")
         if self.status:
             execs, cov, ft, corp, rate, oom, timeout, crash = self.status[:8]
             text += (f", {common.format_count(execs)} execs, {rate} exec/s, cov {cov} ft {ft}, "
@@ -204,14 +224,22 @@ def run(args):
     except common.CannotRun as e:
         print(f"campaign fuzz: {e}", file=sys.stderr)
         return common.EXIT_CANNOT_RUN
-    per_target = args.minutes * 60.0 / len(targets)
+    try:
+        weights = parse_weights(args.weight, targets)
+    except common.CannotRun as e:
+        print(f"campaign fuzz: {e}", file=sys.stderr)
+        return common.EXIT_CANNOT_RUN
+    total_weight = sum(weights.values())
+    seconds = {t: args.minutes * 60.0 * weights[t] / total_weight for t in targets}
     progress = common.Progress("fuzz")
-    progress.note(f"{len(targets)} targets ({', '.join(targets)}), "
-                  f"{common.format_duration(per_target)} each, -fork={args.jobs}, work in {work}")
+    progress.note(f"{len(targets)} targets: "
+                  + ", ".join(f"{t} {common.format_duration(seconds[t])}" for t in targets)
+                  + f"; -fork={args.jobs}, work in {work}")
     start = time.monotonic()
     results = {}
     for i, name in enumerate(targets):
-        target = TargetRun(name, os.path.join(fuzz_dir, name + "_fuzzer"), work, per_target, args)
+        target = TargetRun(name, os.path.join(fuzz_dir, name + "_fuzzer"), work, seconds[name],
+                           args)
         label = f"{name} ({i + 1}/{len(targets)})"
         progress.note(f"{label}: {target.corpus_before} inputs in the corpus "
                       f"({target.seeds} seeds)")
@@ -228,6 +256,7 @@ def run(args):
     summary = {
         "mode": "fuzz",
         "minutes": args.minutes,
+        "seconds_per_target": {t: round(v, 1) for t, v in seconds.items()},
         "jobs": args.jobs,
         "work": work,
         "targets": results,
