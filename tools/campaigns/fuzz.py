@@ -5,8 +5,9 @@ how to build it; this command builds nothing) for MINUTES in all, split between 
 proportion to their --weight (1 each by default), each with libFuzzer's -fork=JOBS
 -ignore_crashes=1 (a crash is recorded and fuzzing goes on). The corpus lives outside the
 source tree, in $FUZZ_WORK (default /var/tmp/metaroce-fuzz)/<target>/corpus, seeded from
-tests/fuzz/corpus/<target>/ and kept between campaigns; crashes, timeouts and out-of-memory inputs land in <target>/artifacts/, and
-libFuzzer's whole output in <target>/fuzz.log. JSON summary last on stdout, per target:
+tests/fuzz/corpus/<target>/ and kept between campaigns; crashes, timeouts and out-of-memory
+inputs land in <target>/artifacts/, and libFuzzer's whole output in <target>/fuzz.log. JSON
+summary last on stdout, per target:
   execs, execs_per_s, seconds     executions of the target's entry point (libFuzzer's count)
   crashes, crash_files            crash-* and leak-* inputs written during this campaign
   timeouts, ooms                  the same for timeout-* / oom-* (slow, not wrong; listed apart)
