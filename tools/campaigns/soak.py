@@ -83,6 +83,7 @@ SURVIVAL_DEADLINE_S = 60.0
 APP_CLEANUP_S = 10.0
 CHECKPOINT_MIN_EVERY_S = 120.0
 RUN_SLACK_S = 60.0         # a run lasting -D plus this much is hung: killed and unexpected
+PARTNER_WAIT_S = 15.0      # one side of a pair failed: the other is killed this long after
 SETTLE_S = 30.0
 RESTARTED_WARMUP_S = 30.0  # a restarted daemon's checkpoints count from this long after its start
 PERSISTENT_CHECK_S = 2.0
@@ -183,6 +184,7 @@ class Soak:
         self.next_churn = None
         self.persistent = None     # conn id on host 0
         self.next_persistent_check = 0.0
+        self.persistent_seen_ready_s = 0.0
         self.pending_cleanups = []
         self.loss_before = None
         self.checkpoints = []      # (at, label), soonest first
@@ -333,8 +335,10 @@ class Soak:
         conns = {c["id"]: c for c in json.loads(p.stdout)["connections"]}
         c = conns.get(self.persistent)
         if c is not None and c.get("state") == "ready":
+            self.persistent_seen_ready_s = self.now()
             return
-        why = self.explain(self.now() - 10, self.now())
+        # Explained by a restart since it was last seen ready (or in the last 10 s).
+        why = self.explain(min(self.persistent_seen_ready_s, self.now() - 10), self.now())
         if why is None:
             self.unexpected_failure("the long-lived connection is %s" % (
                 "gone" if c is None else "in error (%s)" % c.get("error_status_name")),
@@ -387,9 +391,16 @@ class Soak:
             return
         procs = (run["server"], run["client"])
         if any(p.poll() is None for p in procs):
+            failed = [p for p in procs if p.poll() not in (None, 0)]
+            if failed and "partner_failed_s" not in run:
+                run["partner_failed_s"] = self.now()
             if self.now() > run["deadline"]:
                 harness.kill_all(procs)
                 run["hung"] = True
+            elif failed and self.now() - run["partner_failed_s"] > PARTNER_WAIT_S:
+                # A server waits for its client as long as it takes (perftest's way): once one
+                # side has failed, the other is ended rather than left to the run's deadline.
+                harness.kill_all(procs)
             else:
                 return
         self.finish_run(lp, run)
@@ -713,7 +724,10 @@ class Soak:
                 if self.kill_app() or now > kills[0] + 30:
                     kills.pop(0)
             self.evaluate_restarts()
-            if self.checkpoints and now >= self.checkpoints[0][0] and now < total_s - 20:
+            # No checkpoint while a restart's survival is under way: it would pause the
+            # applications whose clean runs are the survival's proof.
+            if self.checkpoints and now >= self.checkpoints[0][0] and now < total_s - 20 and \
+                    not self.restart_pending():
                 self.checkpoint(self.checkpoints.pop(0)[1])
             if now >= total_s and not self.restart_pending() and not kills and not restarts:
                 break
