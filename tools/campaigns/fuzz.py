@@ -1,13 +1,15 @@
-"""Every libFuzzer target, one after the other, each forked on every CPU.
+"""Every libFuzzer target, one after the other, each on every CPU.
 
 Runs the *_fuzzer binaries of $FUZZ_BUILD/tests/fuzz/ (default build-fuzz/, docs/fuzzing.md says
 how to build it; this command builds nothing) for MINUTES in all, split between the targets in
-proportion to their --weight (1 each by default), each with libFuzzer's -fork=JOBS
--ignore_crashes=1 (a crash is recorded and fuzzing goes on). The corpus lives outside the
-source tree, in $FUZZ_WORK (default /var/tmp/metaroce-fuzz)/<target>/corpus, seeded from
+proportion to their --weight (1 each by default). Each target runs as JOBS libFuzzer processes on
+one corpus (--engine workers, the default: plain processes that reload each other's new inputs,
+each restarted after a crash for the time left) or as libFuzzer's -fork=JOBS -ignore_crashes=1
+(--engine fork). A crash is recorded and fuzzing goes on. The corpus lives outside the source
+tree, in $FUZZ_WORK (default /var/tmp/metaroce-fuzz)/<target>/corpus, seeded from
 tests/fuzz/corpus/<target>/ and kept between campaigns; crashes, timeouts and out-of-memory
-inputs land in <target>/artifacts/, and libFuzzer's whole output in <target>/fuzz.log. JSON
-summary last on stdout, per target:
+inputs land in <target>/artifacts/, libFuzzer's output in <target>/fuzz-<worker>.log (workers) or
+<target>/fuzz.log (fork). JSON summary last on stdout, per target:
   execs, execs_per_s, seconds     executions of the target's entry point (libFuzzer's count)
   crashes, crash_files            crash-* and leak-* inputs written during this campaign
   timeouts, ooms                  the same for timeout-* / oom-* (slow, not wrong; listed apart)
@@ -48,6 +50,10 @@ def add_arguments(parser):
     parser.add_argument("--weight", action="append", default=[], metavar="TARGET=W",
                         help="give TARGET W shares of the time (default 1 each), e.g. "
                              "--weight connection=4: slow targets need more (repeatable)")
+    parser.add_argument("--engine", choices=("workers", "fork"), default="workers",
+                        help="workers: JOBS plain libFuzzer processes on one corpus, restarted "
+                             "after a crash (default; no per-job start-up); fork: libFuzzer's "
+                             "-fork=JOBS -ignore_crashes=1")
     parser.add_argument("--timeout", type=int, default=30,
                         help="seconds one input may take before it counts as a timeout "
                              "(default 30)")
@@ -127,7 +133,7 @@ class TargetRun:
                         f"-timeout={args.timeout}", f"-artifact_prefix={self.artifacts}/",
                         "-print_final_stats=1", *args.extra, self.corpus]
         self.status = None  # the last fork status line's figures
-        self.lines = 0
+        self.engine = "fork"
 
     def run(self, progress, label):
         start = time.monotonic()
@@ -169,6 +175,12 @@ class TargetRun:
                      f"corpus {corp}, crash/timeout/oom {crash}/{timeout}/{oom}")
         return text
 
+    def figures(self):
+        """(executions, {cov, ft} or None) from the last fork status line."""
+        if not self.status:
+            return 0, None
+        return self.status[0], {"cov": self.status[1], "ft": self.status[2]}
+
     def summary(self):
         new_artifacts = sorted(list_files(self.artifacts) - self.artifacts_before)
         counts = {"crashes": [], "timeouts": [], "ooms": []}
@@ -176,9 +188,9 @@ class TargetRun:
             kind = ARTIFACT_KINDS.get(name.split("-", 1)[0])
             if kind:
                 counts[kind].append(os.path.join(self.artifacts, name))
-        execs = self.status[0] if self.status else 0
+        execs, coverage = self.figures()
         problem = None
-        if self.status is None:
+        if coverage is None:
             problem = (f"libFuzzer reported no status ({describe_exit(self.returncode)}); "
                        f"see {self.log_path}")
         elif self.returncode not in (0,) and not counts["crashes"]:
@@ -186,6 +198,7 @@ class TargetRun:
         corpus_after = len(list_files(self.corpus))
         return {
             "binary": self.binary,
+            "engine": self.engine,
             "seconds": round(self.wall, 1),
             "execs": execs,
             "execs_per_s": round(execs / self.wall, 1) if self.wall > 0 else None,
@@ -194,13 +207,125 @@ class TargetRun:
             "timeouts": len(counts["timeouts"]),
             "ooms": len(counts["ooms"]),
             "artifact_files": counts["timeouts"] + counts["ooms"],
-            "coverage": {"cov": self.status[1], "ft": self.status[2]} if self.status else None,
+            "coverage": coverage,
             "corpus_size": corpus_after,
             "new_inputs": corpus_after - self.corpus_before,
             "corpus_dir": self.corpus,
             "log": self.log_path,
             "problem": problem,
         }
+
+
+class WorkersRun(TargetRun):
+    """JOBS plain libFuzzer processes on one corpus directory (each reloads what the others add),
+    each restarted after a crash for the time left: no fork-mode job overhead, exact counts."""
+
+    NORMAL = re.compile(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) ")
+    FINAL = re.compile(r"^stat::number_of_executed_units: (\d+)")
+
+    def __init__(self, name, binary, work, seconds, args):
+        super().__init__(name, binary, work, seconds, args)
+        self.engine = "workers"
+        self.jobs = args.jobs
+        self.base = [binary, f"-timeout={args.timeout}", f"-artifact_prefix={self.artifacts}/",
+                     "-print_final_stats=1", *args.extra, self.corpus]
+        self.lock = threading.Lock()
+        self.done_execs = 0          # of finished processes
+        self.running = {}            # worker -> executions its current process reported so far
+        self.cov = self.ft = None
+        self.failures = []           # exits that were neither a clean end nor a crash with a file
+
+    def worker(self, index, deadline):
+        log_path = os.path.join(self.dir, f"fuzz-{index}.log")
+        with open(log_path, "w") as log:
+            while True:
+                left = int(deadline - time.monotonic())
+                if left < 1:
+                    return
+                before = list_files(self.artifacts)
+                cmd = [self.base[0], f"-max_total_time={left}", *self.base[1:]]
+                log.write(" ".join(cmd) + "\n")
+                started = time.monotonic()
+                proc = subprocess.Popen(cmd, cwd=self.dir, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, errors="replace",
+                                        start_new_session=True)
+                killer = threading.Timer(left + 60, lambda: os.killpg(proc.pid, signal.SIGKILL))
+                killer.daemon = True
+                killer.start()
+                seen = final = 0
+                try:
+                    for line in proc.stdout:
+                        log.write(line)
+                        m = self.NORMAL.match(line)
+                        if m:
+                            seen = int(m.group(1))
+                            with self.lock:
+                                self.running[index] = seen
+                                self.cov = max(self.cov or 0, int(m.group(2)))
+                                self.ft = max(self.ft or 0, int(m.group(3)))
+                        m = self.FINAL.match(line)
+                        if m:
+                            final = int(m.group(1))
+                    proc.wait()
+                finally:
+                    killer.cancel()
+                    if proc.poll() is None:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait()
+                with self.lock:
+                    self.running[index] = 0
+                    self.done_execs += max(seen, final)
+                crashed = bool(list_files(self.artifacts) - before)
+                if proc.returncode != 0 and not crashed:
+                    self.failures.append(f"worker {index}: {describe_exit(proc.returncode)}, "
+                                         f"no artifact; see {log_path}")
+                    if time.monotonic() - started < 5:
+                        return  # would fail again at once
+
+    def execs_so_far(self):
+        with self.lock:
+            return self.done_execs + sum(self.running.values())
+
+    def run(self, progress, label):
+        start = time.monotonic()
+        deadline = start + self.seconds
+        threads = []
+        errors = []
+
+        def guarded(i):
+            try:
+                self.worker(i, deadline)
+            except BaseException as e:  # re-raised below: a lost worker must not pass silently
+                errors.append(e)
+
+        for i in range(self.jobs):
+            t = threading.Thread(target=guarded, args=(i,), daemon=True)
+            t.start()
+            threads.append(t)
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(timeout=1.0)
+            progress.update(self.describe(label, time.monotonic() - start))
+        if errors:
+            raise errors[0]
+        self.returncode = 0 if not self.failures else 1
+        self.wall = time.monotonic() - start
+        with open(self.log_path, "w") as log:
+            log.write("".join(f"{f}\n" for f in self.failures) or "see fuzz-<worker>.log\n")
+
+    def describe(self, label, elapsed):
+        execs = self.execs_so_far()
+        text = (f"{label} {common.format_duration(elapsed)} of "
+                f"{common.format_duration(self.seconds)}, {common.format_count(execs)} execs, "
+                f"{execs / elapsed if elapsed > 0 else 0:.0f} exec/s")
+        if self.cov is not None:
+            text += f", cov {self.cov} ft {self.ft}"
+        return text
+
+    def figures(self):
+        if self.cov is None:
+            return self.done_execs, None
+        return self.done_execs, {"cov": self.cov, "ft": self.ft}
 
 
 def args_timeout_grace(seconds):
@@ -233,14 +358,15 @@ def run(args):
     total_weight = sum(weights.values())
     seconds = {t: args.minutes * 60.0 * weights[t] / total_weight for t in targets}
     progress = common.Progress("fuzz")
-    progress.note(f"{len(targets)} targets: "
+    progress.note(f"{len(targets)} target(s): "
                   + ", ".join(f"{t} {common.format_duration(seconds[t])}" for t in targets)
-                  + f"; -fork={args.jobs}, work in {work}")
+                  + f"; {args.jobs} processes each ({args.engine}), work in {work}")
     start = time.monotonic()
     results = {}
     for i, name in enumerate(targets):
-        target = TargetRun(name, os.path.join(fuzz_dir, name + "_fuzzer"), work, seconds[name],
-                           args)
+        engine = WorkersRun if args.engine == "workers" else TargetRun
+        target = engine(name, os.path.join(fuzz_dir, name + "_fuzzer"), work, seconds[name],
+                        args)
         label = f"{name} ({i + 1}/{len(targets)})"
         progress.note(f"{label}: {target.corpus_before} inputs in the corpus "
                       f"({target.seeds} seeds)")
@@ -259,6 +385,7 @@ def run(args):
         "minutes": args.minutes,
         "seconds_per_target": {t: round(v, 1) for t, v in seconds.items()},
         "jobs": args.jobs,
+        "engine": args.engine,
         "work": work,
         "targets": results,
         "total_execs": sum(r["execs"] for r in results.values()),
