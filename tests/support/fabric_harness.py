@@ -333,12 +333,15 @@ class SpineFault:
         self.dropped = None
         self._side = None
         self._drops = None
+        self._entered = self._set_at = None
 
     def _set(self):
         self.fabric(*self.args)
+        self._set_at = time.monotonic()
 
     def __enter__(self):
         self._drops = FaultDrops(self.fabric)
+        self._entered = time.monotonic()
         if self.delay_s is None:
             self._set()
         else:
@@ -351,7 +354,10 @@ class SpineFault:
             if self._side is not None:
                 self._side.__exit__(exc_type, exc, tb)
             if exc_type is None:
-                self.dropped = self._drops.require(self.label, self.spine, self.plane)
+                # When it took effect within the block: a fault set late acts on no traffic.
+                what = "%s (in effect %.1f s after the block began, which lasted %.1f s)" % (
+                    self.label, self._set_at - self._entered, time.monotonic() - self._entered)
+                self.dropped = self._drops.require(what, self.spine, self.plane)
                 proved = True
         finally:
             # When something already failed, that failure is the one to report.

@@ -130,7 +130,7 @@ class SpineFaultTest(unittest.TestCase):
 
     def test_mid_run_fault_that_dropped_nothing_fails_and_is_cleared(self):
         fabric = FakeFabric([{(0, 1): 5, (1, 1): 5}])
-        with self.assertRaises(harness.FaultNotProved):
+        with self.assertRaisesRegex(harness.FaultNotProved, r"in effect [0-9.]+ s after"):
             with harness.SpineFault(fabric, 1, "blackhole", "on", delay_s=0.01):
                 while not fabric.commands:  # the traffic outlasts the delay
                     time.sleep(0.01)
