@@ -377,12 +377,19 @@ void Sender::ArmPto(Instant now, SenderPath& path) {
     path.pto_deadline = kNever;
     return;
   }
+  // [R5] a path's own recovery must be able to finish before the connection's verdict: its
+  // fail_after_timeouts expiries fit in half of no_progress_timeout, whatever the estimator says.
+  // (An RTT sample taken across a host stall gives srtt + 4 rttvar of about the stall itself, and
+  // with the backoff a lone path's failure came seconds after no_progress_timeout had ended the
+  // connection beside idle, working paths.)
+  const Duration cap = cfg_.no_progress_timeout / (2 * cfg_.fail_after_timeouts);  // >= 1
   if (path.overtaken) {  // [R5a] the tail-loss probe is due like any packet on this path
-    path.pto_deadline = now + OvertakenTimeout(path, nullptr);
+    path.pto_deadline = now + std::min(OvertakenTimeout(path, nullptr), cap);
     return;
   }
   const uint32_t backoff = std::min<uint32_t>(path.timeouts_without_progress, 6);
-  path.pto_deadline = now + path.rtt.ProbeTimeout(cfg_.min_probe_timeout) * (1u << backoff);
+  path.pto_deadline =
+      now + std::min(path.rtt.ProbeTimeout(cfg_.min_probe_timeout) * (1u << backoff), cap);
 }
 
 uint32_t Sender::FailAfter(const SenderPath& path) const {

@@ -715,6 +715,40 @@ TEST(Sender_Health, DeadPathsBesideIdleOnesHedgeTheirDataAndFail) {
   EXPECT_EQ(r.conn.state(), Connection::State::kReady);
 }
 
+// [R5] the deadline's cap: a host stall inflates a path's RTT estimate (one sample across a
+// 900 ms stall: PTO = srtt + 4 rttvar = 2.7 s), and that path, its route then lost, alone holds
+// data while its sibling is idle. Its expiries count, but uncapped the first would come after the
+// connection's no_progress_timeout (2 s) had ended it beside a working path. Capped at
+// no_progress_timeout / (2 fail_after_timeouts), it fails within a second and its data moves.
+TEST(Sender_Pto, ALonePathsRecoveryFitsWithinTheNoProgressTimeout) {
+  ConnectionConfig c = RequesterConfig(2);
+  c.min_probe_timeout = std::chrono::milliseconds(1);
+  c.no_progress_timeout = std::chrono::seconds(2);  // HostTuning's; fail_after_timeouts 3
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 2 * kMtu);  // psn 0 on each path
+  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
+  r.Feed(At(900000 * kUs), Requester::Ack(1, 1, 0));  // path 1's ACK, 900 ms late
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
+  r.PostWrite(At(900000 * kUs), 2, 2 * kMtu);  // psn 1 on each path
+  r.Feed(At(900010 * kUs), Requester::Ack(0, 2, 1));
+  r.sink.Clear();
+  // Path 1's route is gone; whatever goes to path 0 is acknowledged at once.
+  uint32_t next_cum = 2;
+  for (Instant t = r.conn.NextDeadline(); t <= At(3000000 * kUs); t = r.conn.NextDeadline()) {
+    r.conn.OnTimer(t);
+    for (const RecordedPacket& p : r.sink.packets()) {
+      if (p.packet.path_id == 0) r.Feed(t + 5 * kUs, Requester::Ack(0, ++next_cum, p.packet.psn));
+    }
+    r.sink.Clear();
+    if (r.conn.path_stats(1).rotations > 0) break;
+  }
+  std::vector<WcStatus> st;
+  EXPECT_THAT(r.CompletedIds(&st), ElementsAre(2));
+  EXPECT_THAT(st, ElementsAre(WcStatus::kSuccess));
+  EXPECT_EQ(r.conn.path_stats(1).rotations, 1u);
+  EXPECT_EQ(r.conn.state(), Connection::State::kReady);
+}
+
 // [R5a] While another path has packets outstanding and nothing at all makes progress (the peer
 // or the network stalls as a whole; here path 0 holds the hedges), the overtaken path's short
 // timer proves nothing: it falls back to the ordinary timer. New evidence from a sibling brings
