@@ -308,6 +308,10 @@ constexpr RegressionSeed kRegressionSeeds[] = {
     {31553, "two dead paths, the rest idle"},
     {38502, "a PSN answered by RNR for long, then a FILLER: RNR retries spent its budget"},
     {68110, "two dead paths, the rest idle"},
+    // Found by the million-seed campaign before the deadline cap (spec [R5]): a lone path's
+    // backed-off PTO (46 ms, then 92 ms) outlived no_progress_timeout after one lost ACK.
+    {310840, "a lone path's backoff outlived no_progress_timeout (reorder, 17 % loss)"},
+    {760701, "a lone path's backoff outlived no_progress_timeout (reorder, 19 % loss)"},
 };
 
 uint64_t EnvSeed(const char* name, uint64_t fallback) {
