@@ -2,6 +2,7 @@
 #include "lib/core/sender.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "lib/core/connection.h"
@@ -56,8 +57,7 @@ Sender::Sender(Connection& conn)
 }
 
 OutboundMessage* Sender::Find(uint32_t msg_seq) {
-  const uint32_t i = msg_seq - base_seq_;
-  return i < messages_.size() ? &messages_[i] : nullptr;
+  return const_cast<OutboundMessage*>(std::as_const(*this).Find(msg_seq));
 }
 
 const OutboundMessage* Sender::Find(uint32_t msg_seq) const {
