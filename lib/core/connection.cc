@@ -9,15 +9,47 @@
 
 namespace metaroce::core {
 
-Connection::Connection(const ConnectionConfig& config, MemoryTable& memory, PacketSink& sink)
-    : config_(config), memory_(memory), sink_(sink) {
+// Runs AfterEntry() when an entry point returns, whichever way it returns.
+class Connection::EntryScope {
+ public:
+  explicit EntryScope(Connection& c) : c_(c) {}
+  ~EntryScope() { c_.AfterEntry(); }
+  EntryScope(const EntryScope&) = delete;
+  EntryScope& operator=(const EntryScope&) = delete;
+
+ private:
+  Connection& c_;
+};
+
+Connection::Connection(const ConnectionConfig& config, MemoryTable& memory, PacketSink& sink,
+                       ConnectionObserver* observer)
+    : config_(config), memory_(memory), sink_(sink), observer_(observer) {
   sender_ = std::make_unique<Sender>(*this);
   receiver_ = std::make_unique<Receiver>(*this);
 }
 
 Connection::~Connection() = default;
 
+void Connection::AfterEntry() {
+  const Instant deadline = state_ == State::kError
+                               ? kNever
+                               : std::min(sender_->NextDeadline(), receiver_->NextDeadline());
+  if (deadline != deadline_) {
+    deadline_ = deadline;
+    if (observer_ != nullptr) observer_->OnDeadlineChanged(*this, deadline);
+  }
+  AnnounceOutput();
+}
+
+void Connection::AnnounceOutput() {
+  if (!output_announced_ && has_output()) {
+    output_announced_ = true;
+    if (observer_ != nullptr) observer_->OnOutputReady(*this);
+  }
+}
+
 absl::Status Connection::PostSend(Instant now, const SendWorkRequest& wr) {
+  EntryScope scope(*this);
   if (state_ == State::kError) {
     return absl::FailedPreconditionError(
         absl::StrCat("connection is in error (", std::string(StatusName(error_status_)), ")"));
@@ -26,6 +58,7 @@ absl::Status Connection::PostSend(Instant now, const SendWorkRequest& wr) {
 }
 
 absl::Status Connection::PostRecv(Instant /*now*/, const RecvWorkRequest& wr) {
+  EntryScope scope(*this);
   if (state_ == State::kError) {
     return absl::FailedPreconditionError(
         absl::StrCat("connection is in error (", std::string(StatusName(error_status_)), ")"));
@@ -34,6 +67,7 @@ absl::Status Connection::PostRecv(Instant /*now*/, const RecvWorkRequest& wr) {
 }
 
 void Connection::OnPacket(Instant now, const wire::Packet& packet, const RxMeta& meta) {
+  EntryScope scope(*this);
   if (state_ == State::kError) return;
   // Every packet proves it belongs to this connection before anything in it is used.
   if (packet.token != config_.rx_token) {
@@ -54,14 +88,10 @@ void Connection::OnPacket(Instant now, const wire::Packet& packet, const RxMeta&
 }
 
 void Connection::OnTimer(Instant now) {
+  EntryScope scope(*this);
   if (state_ == State::kError) return;
   receiver_->OnTimer(now);
   sender_->OnTimer(now);
-}
-
-Instant Connection::NextDeadline() const {
-  if (state_ == State::kError) return kNever;
-  return std::min(sender_->NextDeadline(), receiver_->NextDeadline());
 }
 
 void Connection::Fail(Instant now, WcStatus status, std::optional<uint32_t> culprit) {
@@ -79,6 +109,7 @@ size_t Connection::PollCompletions(std::span<Completion> out) {
     out[n++] = completions_.front();
     completions_.pop_front();
   }
+  AnnounceOutput();  // output left behind is announced again
   return n;
 }
 
@@ -88,15 +119,20 @@ size_t Connection::PollEvents(std::span<PathEvent> out) {
     out[n++] = events_.front();
     events_.pop_front();
   }
+  AnnounceOutput();
   return n;
 }
 
 absl::Status Connection::RequestRotation(Instant now, uint16_t path_id) {
+  EntryScope scope(*this);
   if (state_ == State::kError) return absl::FailedPreconditionError("connection is in error");
   return sender_->RequestRotation(now, path_id);
 }
 
-void Connection::Abort(Instant now) { Fail(now, WcStatus::kWrFlushErr, std::nullopt); }
+void Connection::Abort(Instant now) {
+  EntryScope scope(*this);
+  Fail(now, WcStatus::kWrFlushErr, std::nullopt);
+}
 
 PathStats Connection::path_stats(uint16_t path_id) const {
   PathStats s = sender_->Stats(path_id);

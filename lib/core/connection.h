@@ -11,6 +11,11 @@
 //
 // Thread-safety: none. A connection, its MemoryTable and its PacketSink belong to one thread.
 //
+// Owner contract: NextDeadline() is O(1) (kept at the end of every entry point), and an owner of
+// many connections never has to walk them: a ConnectionObserver given at construction hears when
+// a connection's deadline changes and when it has completions or path events waiting (Endpoint
+// keeps its timer heap and its list of connections with output that way).
+//
 // Errors: Post*() refuse a request with a Status that says why (queue full, bad key, connection in
 // error). A request once accepted always produces a completion if it fails, and on success when it
 // is signaled (sends) or always (receives). After a fatal error (retry exceeded, remote access
@@ -26,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "lib/core/config.h"
+#include "lib/core/deadline_heap.h"
 #include "lib/core/memory_table.h"
 #include "lib/core/packet_sink.h"
 #include "lib/core/path_state.h"
@@ -34,9 +40,24 @@
 
 namespace metaroce::core {
 
+class Connection;
 class ConnectionTestPeer;
 class Sender;
 class Receiver;
+
+// What a connection tells its owner, synchronously, at the end of the entry point that caused it
+// (never from within a PacketSink call).
+class ConnectionObserver {
+ public:
+  virtual ~ConnectionObserver() = default;
+  // NextDeadline() changed; `deadline` is its new value (kNever: no timer).
+  virtual void OnDeadlineChanged(Connection& c, Instant deadline) = 0;
+  // Completions or path events are waiting, and none were announced since the owner last called
+  // c.TakeOutputAnnouncement(). Announced once: a connection the owner has taken stays silent
+  // until its owner polls it and leaves output behind, or new output arrives after the take.
+  virtual void OnOutputReady(Connection& c) = 0;
+};
+
 
 // Counters of one connection (both directions). Names follow Soft-RoCE's where they mean the same.
 struct ConnectionCounters {
@@ -68,8 +89,10 @@ class Connection {
  public:
   enum class State : uint8_t { kReady, kError };
 
-  // `memory` and `sink` must outlive the connection. The config must pass Validate().
-  Connection(const ConnectionConfig& config, MemoryTable& memory, PacketSink& sink);
+  // `memory`, `sink` and `observer` (optional) must outlive the connection. The config must pass
+  // Validate().
+  Connection(const ConnectionConfig& config, MemoryTable& memory, PacketSink& sink,
+             ConnectionObserver* observer = nullptr);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -86,13 +109,19 @@ class Connection {
   void OnPacket(Instant now, const wire::Packet& packet, const RxMeta& meta);
   // Runs every timer due at or before `now`.
   void OnTimer(Instant now);
-  // Earliest instant at which OnTimer must be called, or kNever.
-  Instant NextDeadline() const;
+  // Earliest instant at which OnTimer must be called, or kNever. O(1).
+  Instant NextDeadline() const { return deadline_; }
 
-  // Moves up to out.size() completions into `out`; returns how many.
+  // Moves up to out.size() completions into `out`; returns how many. Output left behind is
+  // announced again (ConnectionObserver::OnOutputReady).
   size_t PollCompletions(std::span<Completion> out);
   // Moves up to out.size() path events (state changes, port rotations) into `out`.
   size_t PollEvents(std::span<PathEvent> out);
+  bool has_output() const { return !completions_.empty() || !events_.empty(); }
+  // The owner takes the announcement of output: the next output is announced anew.
+  void TakeOutputAnnouncement() { output_announced_ = false; }
+  // For the owner's timer heap (DeadlineHeap) only.
+  HeapSlot& deadline_slot() { return deadline_slot_; }
 
   // Operator request: rotate a path's source port now (subject to the hold-down), then probe it.
   absl::Status RequestRotation(Instant now, uint16_t path_id);
@@ -122,10 +151,18 @@ class Connection {
   void Fail(Instant now, WcStatus status, std::optional<uint32_t> culprit_msg_seq);
   void EmitCompletion(const Completion& c) { completions_.push_back(c); }
   void EmitEvent(const PathEvent& e) { events_.push_back(e); }
+  // End of every entry point: refresh the deadline, announce changes and output to the observer.
+  void AfterEntry();
+  void AnnounceOutput();
+  class EntryScope;
 
   ConnectionConfig config_;
   MemoryTable& memory_;
   PacketSink& sink_;
+  ConnectionObserver* observer_;
+  Instant deadline_ = kNever;
+  HeapSlot deadline_slot_;
+  bool output_announced_ = false;
   State state_ = State::kReady;
   WcStatus error_status_ = WcStatus::kSuccess;
   ConnectionCounters counters_;

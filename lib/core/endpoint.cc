@@ -10,16 +10,27 @@ absl::StatusOr<Connection*> Endpoint::CreateConnection(const ConnectionConfig& c
     return absl::AlreadyExistsError(
         absl::StrCat("connection id ", config.local_conn_id, " is already in use"));
   }
-  auto conn = std::make_unique<Connection>(config, memory_, sink_);
+  auto conn = std::make_unique<Connection>(config, memory_, sink_,
+                                           static_cast<ConnectionObserver*>(this));
   Connection* raw = conn.get();
   connections_.emplace(config.local_conn_id, std::move(conn));
   return raw;
 }
 
+Endpoint::~Endpoint() {
+  // Connections go first: nothing they do on the way out may reach a half-destroyed endpoint.
+  connections_.clear();
+}
+
 absl::Status Endpoint::DestroyConnection(uint32_t local_conn_id) {
-  if (connections_.erase(local_conn_id) == 0) {
+  auto it = connections_.find(local_conn_id);
+  if (it == connections_.end()) {
     return absl::NotFoundError(absl::StrCat("no connection with id ", local_conn_id));
   }
+  Connection* conn = it->second.get();
+  timers_.Remove(*conn);
+  std::erase(ready_, conn);
+  connections_.erase(it);
   return absl::OkStatus();
 }
 
@@ -45,15 +56,30 @@ void Endpoint::OnDatagram(Instant now, std::span<const std::byte> datagram, cons
 }
 
 void Endpoint::OnTimer(Instant now) {
-  for (auto& [id, conn] : connections_) {
-    if (conn->NextDeadline() <= now) conn->OnTimer(now);
+  // The due connections leave the heap first: a timer that leaves its deadline at or before
+  // `now` runs again at the next call, not in a loop here.
+  due_.clear();
+  while (timers_.top_deadline() <= now) {
+    Connection& c = timers_.top();
+    timers_.Remove(c);
+    due_.push_back(&c);
+  }
+  for (Connection* c : due_) {
+    c->OnTimer(now);
+    timers_.Update(*c, c->NextDeadline());  // back in, even when its deadline did not change
   }
 }
 
-Instant Endpoint::NextDeadline() const {
-  Instant t = kNever;
-  for (const auto& [id, conn] : connections_) t = std::min(t, conn->NextDeadline());
-  return t;
+void Endpoint::TakeReady(std::vector<Connection*>* out) {
+  for (Connection* c : ready_) {
+    c->TakeOutputAnnouncement();
+    out->push_back(c);
+  }
+  ready_.clear();
 }
+
+void Endpoint::OnDeadlineChanged(Connection& c, Instant deadline) { timers_.Update(c, deadline); }
+
+void Endpoint::OnOutputReady(Connection& c) { ready_.push_back(&c); }
 
 }  // namespace metaroce::core

@@ -3,12 +3,20 @@
 // It is the core's front door for raw datagrams: it parses, rejects malformed packets with a
 // counted reason, demultiplexes by destination connection id and drives timers across its
 // connections. Like Connection it is sans-I/O and single-threaded.
+//
+// Cost contract: nothing here walks the connections. Their deadlines sit in a DeadlineHeap that
+// each connection keeps current (ConnectionObserver), so NextDeadline() is O(1) and OnTimer()
+// costs O(log n) per due connection; connections with completions or path events waiting are
+// listed as they appear (TakeReady), so an owner polls those and no others. Demultiplexing is an
+// ordered-map lookup, O(log n).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
+
+#include <vector>
 
 #include "absl/container/btree_map.h"
 #include "absl/status/statusor.h"
@@ -26,10 +34,11 @@ struct EndpointCounters {
   uint64_t unknown_connection = 0;
 };
 
-class Endpoint {
+class Endpoint : private ConnectionObserver {
  public:
   // `sink` must outlive the endpoint.
   explicit Endpoint(PacketSink& sink) : sink_(sink) {}
+  ~Endpoint() override;
 
   MemoryTable& memory() { return memory_; }
 
@@ -41,10 +50,15 @@ class Endpoint {
   // Parses and dispatches one received UDP payload. Malformed or unroutable datagrams are dropped
   // and counted; nothing in them is trusted.
   void OnDatagram(Instant now, std::span<const std::byte> datagram, const RxMeta& meta);
-  // Runs due timers of every connection.
+  // Runs the timers of every connection whose deadline is at or before `now`, in order of
+  // (deadline, id).
   void OnTimer(Instant now);
-  // Earliest deadline over all connections, or kNever.
-  Instant NextDeadline() const;
+  // Earliest deadline over all connections, or kNever. O(1).
+  Instant NextDeadline() const { return timers_.top_deadline(); }
+  // Appends to `out` the connections that announced completions or path events since the last
+  // call (each once), and takes their announcements: an owner polls these. A connection polled
+  // and left with output is listed again; one taken and not polled is not, until new output.
+  void TakeReady(std::vector<Connection*>* out);
 
   const EndpointCounters& counters() const { return counters_; }
   // Connections in id order.
@@ -53,9 +67,15 @@ class Endpoint {
   }
 
  private:
+  void OnDeadlineChanged(Connection& c, Instant deadline) override;
+  void OnOutputReady(Connection& c) override;
+
   PacketSink& sink_;
   MemoryTable memory_;
   absl::btree_map<uint32_t, std::unique_ptr<Connection>> connections_;
+  DeadlineHeap<Connection> timers_;
+  std::vector<Connection*> ready_;  // announced output, not yet taken
+  std::vector<Connection*> due_;    // OnTimer's scratch
   EndpointCounters counters_;
 };
 

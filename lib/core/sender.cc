@@ -206,6 +206,7 @@ void Sender::Pump(Instant now) {
   if (failed_) return;
   for (SenderPath& p : paths_) {
     // Go-back-N resend [B1]: everything from the resend point, in order.
+    if (p.gbn_resending) p.gbn_resend = SeqMax(p.gbn_resend, p.snd_una);
     while (p.gbn_resending && SeqLess(p.gbn_resend, p.next_psn) && !failed_) {
       const uint32_t psn = p.gbn_resend++;
       if (!p.at(psn).acked) Retransmit(now, p, psn, Why::kGoBackN);
@@ -235,6 +236,7 @@ void Sender::Pump(Instant now) {
 }
 
 void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, const Reroute* queued) {
+  path.ring.Reserve(path.snd_una, path.next_psn, path.next_psn + 1);
   const uint32_t psn = path.next_psn++;
   SentPacket& e = path.at(psn);
   e = SentPacket{};
@@ -431,6 +433,11 @@ void Sender::AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Pac
   MarkDataAcked(now, e.ref);
 }
 
+void Sender::AdvanceUna(SenderPath& path) {
+  while (path.snd_una != path.next_psn && path.at(path.snd_una).acked) ++path.snd_una;
+  if (path.snd_una == path.next_psn) path.ring.Release();
+}
+
 void Sender::MarkDataAcked(Instant now, PacketRef ref) {
   OutboundMessage* m = Find(ref.msg_seq);
   if (m == nullptr || m->done || m->IsAcked(ref.index)) return;
@@ -518,7 +525,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
       AckPsn(now, path, psn, ack, t);
     }
   }
-  while (path.snd_una != path.next_psn && path.at(path.snd_una).acked) ++path.snd_una;
+  AdvanceUna(path);
 
   // ECN echo: the count is cumulative, so an older ACK overtaken by a newer one says nothing.
   // The responder's count starts at 0, so the first ACK's marks count too.
@@ -574,8 +581,7 @@ void Sender::OnNak(Instant now, SenderPath& path, const wire::Packet& ack) {
   last_progress_ = now;  // the responder is alive and talking
   path.timeouts_without_progress = path.attributed_timeouts = 0;
   const uint32_t psn = ack.ack.ack_psn;
-  const bool outstanding = SeqLessEq(path.snd_una, psn) && SeqLess(psn, path.next_psn) &&
-                           !path.at(psn).acked;
+  const bool outstanding = path.IsOutstanding(psn) && !path.at(psn).acked;
   switch (ack.ack.syndrome) {
     case wire::Syndrome::kRnrNak: {
       ++conn_.counters_.rcvd_rnr_err;
@@ -606,7 +612,7 @@ void Sender::OnNak(Instant now, SenderPath& path, const wire::Packet& ack) {
       if (SeqLess(path.next_psn, expected)) return;
       AckTally t;
       for (uint32_t p = path.snd_una; SeqLess(p, expected); ++p) AckPsn(now, path, p, ack, t);
-      while (path.snd_una != path.next_psn && path.at(path.snd_una).acked) ++path.snd_una;
+      AdvanceUna(path);
       if (t.packets > 0) ArmPto(now, path);
       if (now - path.gbn_last_goback >= path.rtt.srtt() || t.packets > 0) {
         path.gbn_resending = true;
@@ -645,8 +651,8 @@ void Sender::OnTimer(Instant now) {
   for (size_t i = 0; i < rnr_waits_.size() && !failed_;) {
     auto [pid, psn] = rnr_waits_[i];
     SenderPath& path = paths_[pid];
-    const bool live = SeqLessEq(path.snd_una, psn) && SeqLess(psn, path.next_psn) &&
-                      !path.at(psn).acked && path.at(psn).rnr_until != Instant{0};
+    const bool live = path.IsOutstanding(psn) && !path.at(psn).acked &&
+                      path.at(psn).rnr_until != Instant{0};
     if (!live) {
       rnr_waits_.erase(rnr_waits_.begin() + static_cast<ptrdiff_t>(i));
       continue;
@@ -842,6 +848,7 @@ void Sender::FailPath(Instant now, SenderPath& path, PathEventReason reason) {
   }
   path.inflight_bytes = 0;
   path.snd_una = path.next_psn;
+  path.ring.Release();
   path.pto_deadline = kNever;
   path.timeouts_without_progress = path.attributed_timeouts = 0;
   path.overtaken = false;
@@ -989,8 +996,10 @@ Instant Sender::NextDeadline() const {
     if (p.state == PathState::kProbing) t = std::min(t, p.next_probe_at);
   }
   for (const auto& [pid, psn] : rnr_waits_) {
-    const SentPacket& e = paths_[pid].ring[psn % wire::kSackBits];
-    if (e.rnr_until != Instant{0}) t = std::min(t, e.rnr_until);
+    const SenderPath& p = paths_[pid];
+    if (p.IsOutstanding(psn) && p.at(psn).rnr_until != Instant{0}) {
+      t = std::min(t, p.at(psn).rnr_until);
+    }
   }
   if (!messages_.empty()) t = std::min(t, last_progress_ + cfg_.no_progress_timeout);
   return std::min(t, rnr_resume_at_);

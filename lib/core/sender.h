@@ -15,18 +15,14 @@
 #include "lib/core/path_congestion.h"
 #include "lib/core/path_state.h"
 #include "lib/core/rtt_estimator.h"
+#include "lib/core/sent_ring.h"
+#include "lib/core/sequence.h"
 #include "lib/core/types.h"
 #include "lib/wire/packet.h"
 
 namespace metaroce::core {
 
 class Connection;
-
-// Data identity of one packet: which message, which MTU-sized piece of it.
-struct PacketRef {
-  uint32_t msg_seq = 0;
-  uint32_t index = 0;
-};
 
 // One send work request while it is outstanding.
 struct OutboundMessage {
@@ -49,20 +45,6 @@ struct OutboundMessage {
   bool IsAcked(uint32_t i) const { return (acked[i / 64] >> (i % 64)) & 1u; }
 };
 
-// A PSN outstanding on a path.
-struct SentPacket {
-  PacketRef ref;
-  uint64_t first_tx_order = 0;  // path-local transmission counter at first / latest transmission
-  uint64_t last_tx_order = 0;
-  Instant sent_at{0};
-  uint32_t bytes = 0;
-  uint8_t transmissions = 0;  // every transmission of this PSN (Karn's rule, [R5])
-  uint8_t counted = 0;  // those counted against max_transmissions: not RNR retries or GBN resends
-  bool acked = false;
-  bool hedged = false;   // [R5b] its data unit was also queued for another path
-  Instant rnr_until{0};  // after an RNR NAK: do not retransmit before this
-};
-
 // A data unit waiting for a new transmission on another path: moved off a failed path [R5], or
 // hedged off an overtaken one [R5b], which keeps its PSN there as well.
 struct Reroute {
@@ -82,7 +64,7 @@ struct SenderPath {
   PathState state = PathState::kActive;
   uint32_t snd_una = 0;   // lowest PSN neither acknowledged nor abandoned
   uint32_t next_psn = 0;  // next PSN to assign
-  std::array<SentPacket, wire::kSackBits> ring;  // PSNs [snd_una, next_psn), indexed psn % 256
+  SentRing ring;          // PSNs [snd_una, next_psn); storage only while some are outstanding
   uint64_t tx_order = 0;                 // transmissions made on this path
   uint64_t delivered_order = 0;          // highest transmission known to have arrived [R4]
   uint64_t ack_request_order = 0;        // last transmission that asked for an ACK as the window filled
@@ -119,8 +101,12 @@ struct SenderPath {
   double utilization = 0;
   PathStats stats;
 
-  SentPacket& at(uint32_t psn) { return ring[psn % wire::kSackBits]; }
-  const SentPacket& at(uint32_t psn) const { return ring[psn % wire::kSackBits]; }
+  // Precondition: psn in [snd_una, next_psn) (sent_ring.h).
+  SentPacket& at(uint32_t psn) { return ring.at(psn); }
+  const SentPacket& at(uint32_t psn) const { return ring.at(psn); }
+  bool IsOutstanding(uint32_t psn) const {
+    return SeqLessEq(snd_una, psn) && SeqLess(psn, next_psn);
+  }
   uint32_t outstanding() const { return next_psn - snd_una; }
 };
 
@@ -171,6 +157,8 @@ class Sender {
   };
   void AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Packet& ack, AckTally& t);
   void MarkDataAcked(Instant now, PacketRef ref);
+  // Moves snd_una past the resolved PSNs at its front; an idle path gives its ring back.
+  void AdvanceUna(SenderPath& path);
   void CompleteMessage(Instant now, OutboundMessage& m, WcStatus status);
   void RetireAndReport();
   void DetectLosses(Instant now, SenderPath& path);

@@ -4,10 +4,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <numeric>
 #include <vector>
 
+#include "lib/core/endpoint.h"
 #include "tests/support/host_pair.h"
+#include "tests/support/recording_sink.h"
 
 namespace metaroce::core {
 namespace {
@@ -620,6 +624,64 @@ TEST(Connection_Paths, RttFarAboveTheInitialTimeoutsStillCompletes) {
   EXPECT_EQ(src, dst);
   // The estimator learned the real RTT.
   EXPECT_GE(h.ca().path_stats(0).srtt, std::chrono::milliseconds(9));
+}
+
+// What a connection costs (docs/architecture.md): the heap it holds, measured by the allocator
+// (bytes in use, small and mmapped blocks), not estimated.
+size_t HeapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+constexpr size_t kIdleBudget = 32 * 1024;  // bytes per idle 16-path connection (issue 12)
+
+TEST(Connection_Cost, AnIdleSixteenPathConnectionHoldsAtMost32KiB) {
+  testing::RecordingSink sink;
+  Endpoint ep(sink);
+  constexpr uint32_t kConnections = 500;
+  ConnectionConfig c;
+  c.path_count = 16;
+  c.plane_count = 2;
+  // The endpoint's own tables grow too; they are part of what a connection costs.
+  const size_t before = HeapInUse();
+  for (uint32_t id = 1; id <= kConnections; ++id) {
+    c.local_conn_id = id;
+    ASSERT_TRUE(ep.CreateConnection(c).ok());
+  }
+  const size_t per_connection = (HeapInUse() - before) / kConnections;
+  RecordProperty("bytes_per_idle_connection", std::to_string(per_connection));
+  EXPECT_LE(per_connection, kIdleBudget);
+}
+
+// State that grows with traffic (each path's ring of outstanding packets, the queues) shrinks
+// back when the traffic ends: after 4 MiB sprayed over 16 paths with loss, what the two
+// connections of a pair hold (the heap their destruction gives back) is within an idle
+// connection's budget each.
+TEST(Connection_Cost, StateGrownByTrafficShrinksBackWhenItEnds) {
+  ConnectionConfig c;
+  c.path_count = 16;
+  HostPair h(c);
+  Buffers b(h, 4u << 20);
+  uint64_t sent = 0;
+  h.fate = [&](const RecordedPacket&, bool, Instant) {
+    Fate f;
+    f.drop = ++sent % 50 == 0;  // 2 % loss: gaps, retransmissions, timeouts
+    return f;
+  };
+  for (uint32_t i = 0; i < 16; ++i) {
+    ASSERT_TRUE(h.ca().PostSend(h.now(), Write(b, i, i * (256u << 10), 256u << 10)).ok());
+  }
+  h.RunFor(std::chrono::milliseconds(200));
+  ASSERT_THAT(h.completions_a(), SizeIs(16));
+  for (const Completion& comp : h.completions_a()) EXPECT_EQ(comp.status, WcStatus::kSuccess);
+  ASSERT_EQ(b.src, b.dst);
+  ASSERT_GT(h.ca().counters().retransmits, 0u);
+  const size_t with_connections = HeapInUse();
+  ASSERT_TRUE(h.a().DestroyConnection(1).ok());
+  ASSERT_TRUE(h.b().DestroyConnection(1).ok());
+  const size_t held = with_connections - HeapInUse();
+  RecordProperty("bytes_held_by_the_pair_after_traffic", std::to_string(held));
+  EXPECT_LE(held, 2 * kIdleBudget);
 }
 
 }  // namespace

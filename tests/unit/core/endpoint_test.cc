@@ -225,10 +225,26 @@ class EndpointTimerTest : public EndpointTest {
     wr.rkey = 1;
     ASSERT_TRUE(ep_.Find(id)->PostSend(now, wr).ok());
   }
+  // The ACK of connection `id`'s first packet (PSN 0 of path 0).
+  void AckFirstPacket(uint32_t id, Instant now) {
+    wire::Packet p = AckPacket();
+    p.dest_conn = id;
+    p.ack.cum_psn = 1;
+    p.ack.ack_psn = 0;
+    ep_.OnDatagram(now, Serialize(p), RxMeta{});
+  }
+  std::vector<uint32_t> TakeReadyIds() {
+    std::vector<Connection*> ready;
+    ep_.TakeReady(&ready);
+    std::vector<uint32_t> ids;
+    for (Connection* c : ready) ids.push_back(c->local_id());
+    return ids;
+  }
 };
 
 using Endpoint_NextDeadline = EndpointTimerTest;
 using Endpoint_OnTimer = EndpointTimerTest;
+using Endpoint_TakeReady = EndpointTimerTest;
 
 TEST_F(Endpoint_NextDeadline, IsTheMinimumOverConnections) {
   EXPECT_EQ(ep_.NextDeadline(), kNever);
@@ -267,6 +283,78 @@ TEST_F(Endpoint_OnTimer, RunsOnlyConnectionsThatAreDue) {
   ep_.OnTimer(d2);
   ASSERT_EQ(sink_.packets().size(), 1u);
   EXPECT_EQ(sink_.packets()[0].meta.conn_id, 2u);
+}
+
+// The endpoint never walks its connections: it follows each one's deadline as the connection
+// announces it, including changes made by calls straight on the connection (PostSend).
+TEST_F(Endpoint_NextDeadline, FollowsEachConnectionAsItsDeadlineMovesAndGoes) {
+  ASSERT_TRUE(ep_.CreateConnection(Config(1)).ok());
+  ASSERT_TRUE(ep_.CreateConnection(Config(2)).ok());
+  ASSERT_TRUE(ep_.CreateConnection(Config(3)).ok());
+  PostWrite(1, Instant{});
+  PostWrite(2, Instant{} + 10 * kUs);
+  const Instant d1 = ep_.Find(1)->NextDeadline();
+  const Instant d2 = ep_.Find(2)->NextDeadline();
+  ASSERT_LT(d1, d2);
+  EXPECT_EQ(ep_.NextDeadline(), d1);
+  AckFirstPacket(1, Instant{} + 5 * kUs);  // connection 1 has nothing left: no timer
+  EXPECT_EQ(ep_.Find(1)->NextDeadline(), kNever);
+  EXPECT_EQ(ep_.NextDeadline(), d2);
+  ASSERT_TRUE(ep_.DestroyConnection(2).ok());
+  EXPECT_EQ(ep_.NextDeadline(), kNever);
+  PostWrite(3, Instant{} + 20 * kUs);
+  EXPECT_EQ(ep_.NextDeadline(), ep_.Find(3)->NextDeadline());
+  EXPECT_NE(ep_.NextDeadline(), kNever);
+}
+
+// Many connections, one due: only it runs; the others keep their deadlines.
+TEST_F(Endpoint_OnTimer, AmongThousandsRunsTheDueOneAndKeepsTheRest) {
+  for (uint32_t id = 1; id <= 2000; ++id) {
+    ASSERT_TRUE(ep_.CreateConnection(Config(id)).ok());
+    PostWrite(id, Instant{} + id * kUs);
+  }
+  sink_.Clear();
+  const Instant d7 = ep_.Find(7)->NextDeadline();
+  ep_.OnTimer(d7);
+  ASSERT_EQ(sink_.packets().size(), 7u);  // connections 1..7: one tail-loss probe each
+  for (size_t i = 0; i < 7; ++i) EXPECT_EQ(sink_.packets()[i].meta.conn_id, i + 1);
+  EXPECT_GT(ep_.NextDeadline(), d7);
+  EXPECT_EQ(ep_.NextDeadline(), ep_.Find(8)->NextDeadline());
+}
+
+TEST_F(Endpoint_TakeReady, ListsConnectionsWithOutputOnceAndAgainWhenOutputIsLeftBehind) {
+  ASSERT_TRUE(ep_.CreateConnection(Config(1)).ok());
+  ASSERT_TRUE(ep_.CreateConnection(Config(2)).ok());
+  ASSERT_TRUE(ep_.CreateConnection(Config(3)).ok());
+  EXPECT_TRUE(TakeReadyIds().empty());
+  for (uint32_t id : {2u, 1u}) {
+    PostWrite(id, Instant{});
+    AckFirstPacket(id, Instant{} + 5 * kUs);  // a signaled Write completes
+  }
+  EXPECT_EQ(TakeReadyIds(), (std::vector<uint32_t>{2, 1}));  // in order of announcement
+  EXPECT_TRUE(TakeReadyIds().empty());                        // announced once
+  // Connection 1 polled dry; connection 2 taken and not polled: neither is listed again.
+  Completion c[4];
+  EXPECT_EQ(ep_.Find(1)->PollCompletions(c), 1u);
+  EXPECT_TRUE(TakeReadyIds().empty());
+  // New output on 1 is announced; 2 gets a second completion and is polled one at a time.
+  PostWrite(1, Instant{} + 10 * kUs);
+  wire::Packet ack = AckPacket();
+  ack.ack.cum_psn = 1;  // path 1's PSN 0
+  ack.path_id = 1;
+  ep_.OnDatagram(Instant{} + 15 * kUs, Serialize(ack), RxMeta{});
+  PostWrite(2, Instant{} + 10 * kUs);
+  ack.dest_conn = 2;
+  ep_.OnDatagram(Instant{} + 15 * kUs, Serialize(ack), RxMeta{});
+  EXPECT_EQ(TakeReadyIds(), (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(ep_.Find(2)->PollCompletions(std::span<Completion>(c, 1)), 1u);
+  EXPECT_EQ(TakeReadyIds(), (std::vector<uint32_t>{2}));  // one left behind
+  // A destroyed connection is never listed.
+  EXPECT_EQ(ep_.Find(2)->PollCompletions(std::span<Completion>(c, 1)), 1u);
+  PostWrite(3, Instant{});
+  AckFirstPacket(3, Instant{} + 5 * kUs);
+  ASSERT_TRUE(ep_.DestroyConnection(3).ok());
+  EXPECT_TRUE(TakeReadyIds().empty());
 }
 
 }  // namespace
