@@ -176,6 +176,15 @@ const std::vector<FlagSpec>& Flags() {
          out.json = *b;
          return absl::OkStatus();
        }},
+      {"measure", "", "add measurements of the run to the result: wall-clock seconds of setup "
+                      "and run, events per second, core heap per connection (they vary from "
+                      "run to run)",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         absl::StatusOr<bool> b = ParseBool("measure", v);
+         if (!b.ok()) return b.status();
+         out.config.measure = *b;
+         return absl::OkStatus();
+       }},
       {"rate-gbps", "GBPS", "line rate of every link (default 100)",
        RealSetter("rate-gbps", [](double x, CommandLine& out) { out.config.rate_gbps = x; })},
       {"slow", "P:GBPS[,...]", "override the rate of path P (both directions)",

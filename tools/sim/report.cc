@@ -233,6 +233,14 @@ std::string ResultToJson(const ScenarioResult& r) {
   w.Field("sim_time_us", r.sim_time_us);
   w.Field("last_post_us", r.last_post_us);
   w.Field("events", r.events);
+  if (r.config.measure) {
+    w.BeginObject("measured");
+    w.Field("setup_wall_s", r.setup_wall_s);
+    w.Field("run_wall_s", r.run_wall_s);
+    w.Field("events_per_wall_s", r.run_wall_s > 0 ? r.events / r.run_wall_s : 0.0);
+    w.Field("core_heap_bytes_per_connection", r.core_heap_bytes_per_connection);
+    w.EndObject();
+  }
   w.Field("messages_posted", r.messages_posted);
   w.Field("messages_completed", r.messages_completed);
   w.Field("messages_failed", r.messages_failed);

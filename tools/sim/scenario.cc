@@ -1,9 +1,14 @@
 #include "tools/sim/scenario.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <memory>
 #include <span>
 #include <tuple>
@@ -42,6 +47,12 @@ constexpr uint64_t kMaxBufferBytes = uint64_t{4} << 30;  // all slots of all con
 constexpr uint16_t kFirstEphemeralPort = 49152;
 constexpr double kRecoveryFraction = 0.85;
 
+// Bytes of heap in use (small blocks and mmapped ones), by the allocator's count.
+size_t HeapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
 // Independent random streams derived from the scenario seed.
 enum Stream : uint64_t {
   kTokenStream = 1,
@@ -58,6 +69,16 @@ uint32_t AlignedPortBase(uint16_t physical_paths) {
   uint32_t base = kFirstEphemeralPort;
   while ((base + wire::kDefaultUdpPort) % physical_paths != 0) ++base;
   return base;
+}
+
+// Source ports are unique within one connection direction only (spec wire-format §1): path i of
+// connection c starts on port_base + (c x logical paths + i) mod R, R the largest multiple of P
+// that fits below 65536, so that ports run on across connections (each connection starts where
+// the previous one ended, spreading over the physical paths) and wrap when there are more paths
+// in all than ports.
+uint32_t PortSpan(uint16_t physical_paths) {
+  const uint32_t base = AlignedPortBase(physical_paths);
+  return (65536 - base) / physical_paths * physical_paths;
 }
 
 // Message payloads: a pseudo-random stream per (seed, connection, message), 8 bytes at a time.
@@ -97,14 +118,18 @@ class GuardedBuffer {
  public:
   static constexpr size_t kGuardBytes = 4096;
 
+  // calloc: a large buffer comes as fresh zero pages, touched only where messages are written,
+  // so thousands of connections' buffers cost what their traffic touches, not their size.
   explicit GuardedBuffer(size_t region_bytes)
-      : region_bytes_(region_bytes), storage_(region_bytes + 2 * kGuardBytes) {
+      : region_bytes_(region_bytes),
+        storage_(static_cast<std::byte*>(std::calloc(region_bytes + 2 * kGuardBytes, 1))) {
+    if (storage_ == nullptr) throw std::bad_alloc();
     for (size_t i = 0; i < kGuardBytes; ++i) {
       storage_[i] = GuardByte(i);
       storage_[kGuardBytes + region_bytes_ + i] = GuardByte(i);
     }
   }
-  std::byte* region() { return storage_.data() + kGuardBytes; }
+  std::byte* region() { return storage_.get() + kGuardBytes; }
   size_t region_bytes() const { return region_bytes_; }
   // Number of guard areas (0..2) with any byte changed.
   int CorruptedGuards() const {
@@ -121,8 +146,11 @@ class GuardedBuffer {
   }
 
  private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
   size_t region_bytes_;
-  std::vector<std::byte> storage_;
+  std::unique_ptr<std::byte[], Free> storage_;
 };
 
 double Percentile(const std::vector<int64_t>& sorted_ns, double q) {
@@ -173,6 +201,7 @@ class Simulation {
     uint64_t next_local_index = 0;
     uint32_t outstanding = 0;
     bool stopped = false;  // PostSend refused: no more posts on this connection
+    bool wants_post = false;  // a completion freed a slot: listed in to_post_
     // Responder receives: wr_id = (c << 32) | index; index n matches the n-th message.
     std::vector<uint32_t> receive_slot;  // by receive index
     std::vector<bool> receive_done;
@@ -250,11 +279,16 @@ class Simulation {
   int64_t bin_ns_ = 1;
   // Steps.
   uint64_t current_step_ = 0;
+  uint64_t step_scan_ = 0;      // messages of the step below this are resolved
+  bool step_refused_ = false;   // ... and one of them was never posted (its connection stopped)
   Instant step_started_;
   bool step_failed_ = false;
+  std::vector<core::Connection*> ready_;  // AfterHostEvent's scratch
+  std::vector<uint32_t> to_post_;         // connections with a slot freed since the last post
   std::vector<int64_t> step_ns_;
 
   uint64_t outstanding_total_ = 0;
+  uint64_t core_heap_bytes_ = 0;  // taken by CreateConnection, both hosts
   uint64_t succeeded_awaiting_receive_ = 0;
   Instant last_completion_;
   Instant last_post_;
@@ -309,6 +343,7 @@ Simulation::Simulation(const ScenarioConfig& config)
 absl::Status Simulation::Setup() {
   const uint16_t logical_paths = config_.EffectiveLogicalPaths();
   const uint32_t port_base = AlignedPortBase(config_.physical_paths);
+  const uint32_t port_span = PortSpan(config_.physical_paths);
   const uint64_t slot_bytes = config_.message_bytes;
   conns_.resize(config_.connections);
   messages_.resize(total_messages_);
@@ -320,7 +355,8 @@ absl::Status Simulation::Setup() {
     base.remote_conn_id = c + 1;
     base.path_count = logical_paths;
     for (uint16_t i = 0; i < logical_paths; ++i) {
-      base.initial_ports.push_back(static_cast<uint16_t>(port_base + c * logical_paths + i));
+      base.initial_ports.push_back(static_cast<uint16_t>(
+          port_base + (uint64_t{c} * logical_paths + i) % port_span));
     }
     switch (config_.transport) {
       case TransportKind::kMetaRoce: base.profile = core::TransportProfile::MetaRoce(); break;
@@ -343,6 +379,7 @@ absl::Status Simulation::Setup() {
     on_b.rx_token = on_a.tx_token;
     on_b.seed = DeriveSeed(config_.seed, kConnectionSeedStream, c, 1);
 
+    const size_t heap_before = config_.measure ? HeapInUse() : 0;
     auto requester = endpoint_a_->CreateConnection(on_a);
     if (!requester.ok()) {
       return absl::InvalidArgumentError(
@@ -357,6 +394,7 @@ absl::Status Simulation::Setup() {
     }
     cs.requester = *requester;
     cs.responder = *responder;
+    if (config_.measure) core_heap_bytes_ += HeapInUse() - heap_before;
 
     cs.source = std::make_unique<GuardedBuffer>(config_.depth * slot_bytes);
     cs.destination = std::make_unique<GuardedBuffer>(config_.depth * slot_bytes);
@@ -540,13 +578,14 @@ void Simulation::OnTimerEvent(Host host, uint64_t generation) {
 void Simulation::AfterHostEvent(Host host, bool timer_did_not_advance) {
   core::Endpoint& endpoint = EndpointOf(host);
   std::array<core::Completion, 64> completions;
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (const auto& [id, connection] : endpoint.connections()) {
+  // Only connections that announced output are polled, and only those whose completions freed a
+  // slot post more: the cost of an event does not grow with the connections (issue 12).
+  do {
+    ready_.clear();
+    endpoint.TakeReady(&ready_);
+    for (core::Connection* connection : ready_) {
       size_t n;
       while ((n = connection->PollCompletions(completions)) > 0) {
-        progress = true;
         for (size_t i = 0; i < n; ++i) {
           if (host == Host::kA) {
             OnRequesterCompletion(completions[i]);
@@ -555,15 +594,17 @@ void Simulation::AfterHostEvent(Host host, bool timer_did_not_advance) {
           }
         }
       }
+      CollectPathEvents(host, *connection);
     }
     if (host == Host::kA) {
-      for (uint32_t c = 0; c < conns_.size(); ++c) PostMoreMessages(c);
+      for (size_t i = 0; i < to_post_.size(); ++i) {  // PostMoreMessages may not add to it
+        conns_[to_post_[i]].wants_post = false;
+        PostMoreMessages(to_post_[i]);
+      }
+      to_post_.clear();
       if (config_.steps > 0) MaybeEndStep();
     }
-  }
-  for (const auto& [id, connection] : endpoint.connections()) {
-    CollectPathEvents(host, *connection);
-  }
+  } while (!ready_.empty());
   RescheduleTimer(host, timer_did_not_advance);
   if (host == Host::kB && config_.steps > 0 && config_.UsesReceives()) {
     // A receive completion at B may be what ends a step: the next step posts at A.
@@ -640,6 +681,10 @@ void Simulation::OnRequesterCompletion(const core::Completion& wc) {
     step_failed_ = true;
   }
   cs.slot_owner[m.slot] = kNoMessage;
+  if (!cs.wants_post) {
+    cs.wants_post = true;
+    to_post_.push_back(c);
+  }
 }
 
 void Simulation::OnReceiveCompletion(const core::Completion& wc) {
@@ -718,24 +763,25 @@ void Simulation::CollectPathEvents(Host host, core::Connection& connection) {
 void Simulation::MaybeEndStep() {
   // Posting happens only from AfterHostEvent on A, which calls this after posting; B's receive
   // completions (send/write_imm) are collected at B's events, so a step may end there too.
+  // The scan resumes where the previous call stopped (a resolved message stays resolved), so
+  // over a step it costs O(messages of the step) in all, not per event.
   while (current_step_ * config_.messages < total_messages_) {
-    const uint64_t begin = current_step_ * config_.messages;
     const uint64_t end = PostLimit();
-    bool refused = false;
-    for (uint64_t k = begin; k < end; ++k) {
-      const MessageState& m = messages_[k];
+    for (; step_scan_ < end; ++step_scan_) {
+      const MessageState& m = messages_[step_scan_];
       if (m.requester_done) {
         if (m.succeeded && config_.UsesReceives() && !m.receive_done) return;
         continue;
       }
       // Never posted on a connection that stopped: it never will be (the step did not do it).
-      if (!m.posted && conns_[ConnOf(k)].stopped) {
-        refused = true;
+      if (!m.posted && conns_[ConnOf(step_scan_)].stopped) {
+        step_refused_ = true;
         continue;
       }
       return;
     }
-    if (refused) step_failed_ = true;
+    if (step_refused_) step_failed_ = true;
+    step_refused_ = false;
     const Instant now = queue_.now();
     step_ns_.push_back((now - step_started_).count());
     if (step_failed_) ++result_.steps.with_failures;
@@ -803,6 +849,8 @@ ScenarioResult Simulation::Finish() {
   r.sim_time_us = static_cast<double>(end.ns) / 1000.0;
   r.last_post_us = static_cast<double>(last_post_.ns) / 1000.0;
   r.events = queue_.executed();
+  r.core_heap_bytes_per_connection =
+      conns_.empty() ? 0 : core_heap_bytes_ / (2 * conns_.size());
   r.messages_not_posted = total_messages_ - r.messages_posted;
   if (config_.steps > 0) {
     StepSummary& st = r.steps;
@@ -954,10 +1002,10 @@ absl::Status ScenarioConfig::Validate() const {
     return absl::InvalidArgumentError(
         "--connections x --depth x --size exceeds 4 GiB of buffers per host; lower one of them");
   }
-  const uint64_t ports_needed = uint64_t{connections} * EffectiveLogicalPaths();
-  if (AlignedPortBase(physical_paths) + ports_needed - 1 > 65535) {
-    return absl::InvalidArgumentError(
-        "--connections x logical paths exceeds the source ports available; lower one of them");
+  if (EffectiveLogicalPaths() > PortSpan(physical_paths)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--paths ", EffectiveLogicalPaths(), " exceeds the ", PortSpan(physical_paths),
+        " source ports one connection can use"));
   }
   if (recv_delay.count() < 0) return absl::InvalidArgumentError("--recv-delay-us must be >= 0");
   if (duration_cap.count() <= 0) return absl::InvalidArgumentError("--duration-cap-ms must be > 0");
@@ -1004,10 +1052,19 @@ Duration ScenarioConfig::EffectiveBin() const { return bin.count() > 0 ? bin : 2
 
 absl::StatusOr<ScenarioResult> RunScenario(const ScenarioConfig& config) {
   if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
   Simulation simulation(config);
   if (absl::Status ready = simulation.Setup(); !ready.ok()) return ready;
+  const Clock::time_point set_up = Clock::now();
   simulation.Run();
-  return simulation.Finish();
+  const Clock::time_point ran = Clock::now();
+  ScenarioResult result = simulation.Finish();
+  if (config.measure) {
+    result.setup_wall_s = std::chrono::duration<double>(set_up - start).count();
+    result.run_wall_s = std::chrono::duration<double>(ran - set_up).count();
+  }
+  return result;
 }
 
 }  // namespace metaroce::sim

@@ -111,6 +111,10 @@ struct ScenarioConfig {
   Duration recv_delay{0};  // send/write_imm: the first receives are posted at this time
 
   uint64_t seed = 1;
+  // Adds measurements of the run itself to the result (`measured`: wall-clock seconds of setup
+  // and run, events per second, heap per connection). Off by default: they differ from run to
+  // run (and from one process's history to another), and the rest of the JSON does not.
+  bool measure = false;
 
   // Safety caps and measurement.
   Duration duration_cap = std::chrono::seconds(10);  // simulated time
@@ -246,6 +250,12 @@ struct ScenarioResult {
   double last_post_us = 0;
   uint64_t events = 0;
   std::string stop_reason;  // "done", "idle", "duration_cap", "event_cap"
+  // `measure` only. Heap the core's connections took when they were created (both hosts), per
+  // connection (requester and responder count as one each), by the allocator's count; and
+  // wall-clock seconds of the setup (connections, buffers) and of the run.
+  uint64_t core_heap_bytes_per_connection = 0;
+  double setup_wall_s = 0;
+  double run_wall_s = 0;
   uint64_t timer_deadline_not_advanced = 0;  // core contract check: NextDeadline() <= now after OnTimer
 };
 

@@ -351,6 +351,41 @@ TEST(Scenario_Config, RefusesInvalidSettings) {
   EXPECT_FALSE(RunScenario(c).ok());
 }
 
+// Source ports are unique within one connection direction, not across connections (spec
+// wire-format §1): 10,000 connections of 8 paths between two hosts run, beyond the 16,384
+// ephemeral ports, each connection's ports distinct.
+TEST(Scenario_Config, TenThousandConnectionsOfEightPathsRun) {
+  ScenarioConfig c = SmallConfig();
+  c.physical_paths = 8;
+  c.connections = 10'000;
+  c.messages = 10'000;
+  c.message_bytes = 1024;
+  c.depth = 1;
+  c.rate_gbps = 10'000;  // no queueing: what is checked is that every connection runs
+  c.queue_bytes = uint64_t{1} << 30;
+  c.ecn_threshold_bytes = uint64_t{1} << 30;
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+  absl::StatusOr<ScenarioResult> r = RunScenario(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->messages_completed, 10'000u) << Describe(*r);
+  EXPECT_EQ(r->data_errors, 0u);
+}
+
+TEST(Scenario_Report, MeasurementsOnlyWhenAskedFor) {
+  ScenarioConfig c = SmallConfig();
+  absl::StatusOr<ScenarioResult> plain = RunScenario(c);
+  c.measure = true;
+  absl::StatusOr<ScenarioResult> measured = RunScenario(c);
+  ASSERT_TRUE(plain.ok() && measured.ok());
+  EXPECT_THAT(ResultToJson(*plain), ::testing::Not(::testing::HasSubstr("\"measured\"")));
+  const std::string json = ResultToJson(*measured);
+  for (const char* key : {"\"measured\":{", "\"run_wall_s\"", "\"events_per_wall_s\"",
+                          "\"core_heap_bytes_per_connection\""}) {
+    EXPECT_THAT(json, ::testing::HasSubstr(key));
+  }
+  EXPECT_GT(measured->core_heap_bytes_per_connection, 0u);
+}
+
 TEST(Scenario_Report, JsonCarriesHeadlineFields) {
   absl::StatusOr<ScenarioResult> r = RunScenario(SmallConfig());
   ASSERT_TRUE(r.ok());
