@@ -181,7 +181,7 @@ bool Worker::RunOnce() {
     endpoint_.OnTimer(now);
     ++work;
   }
-  for (auto& [id, oc] : owned_) DeliverCompletions(oc);
+  DeliverReadyCompletions();
   FlushPorts();
   return work > 0;
 }
@@ -417,6 +417,22 @@ size_t Worker::DrainRing(core::Instant now, SpscRing<Wr> ConnectionChannel::*rin
   return total;
 }
 
+void Worker::DeliverReadyCompletions() {
+  ready_.clear();
+  endpoint_.TakeReady(&ready_);
+  // Held back by a full ring before: tried again first (the application may have polled).
+  std::vector<uint32_t> retry;
+  retry.swap(completions_pending_);
+  for (uint32_t id : retry) {
+    auto it = owned_.find(id);
+    if (it != owned_.end()) DeliverCompletions(it->second);
+  }
+  for (core::Connection* c : ready_) {
+    auto it = owned_.find(c->local_id());
+    if (it != owned_.end()) DeliverCompletions(it->second);
+  }
+}
+
 void Worker::DeliverCompletions(OwnedConnection& oc) {
   ConnectionChannel& ch = *oc.channel;
   auto& send_ring = ch.send_cq().ring(options_.id);
@@ -429,6 +445,10 @@ void Worker::DeliverCompletions(OwnedConnection& oc) {
     room = std::min(room, completion_buf_.size());
     if (room == 0) {
       oc.completions_pending = true;
+      if (std::find(completions_pending_.begin(), completions_pending_.end(),
+                    oc.conn->local_id()) == completions_pending_.end()) {
+        completions_pending_.push_back(oc.conn->local_id());
+      }
       break;
     }
     const size_t n = oc.conn->PollCompletions(std::span<core::Completion>(completion_buf_.data(), room));
@@ -520,9 +540,7 @@ void Worker::Sleep() {
   core::Duration timeout = kMaxSleep;
   const core::Instant deadline = endpoint_.NextDeadline();
   if (deadline != core::kNever) timeout = std::min(timeout, deadline - now);
-  bool pending = false;
-  for (auto& [id, oc] : owned_) pending = pending || oc.completions_pending;
-  if (pending) timeout = std::min(timeout, kPendingSleep);
+  if (!completions_pending_.empty()) timeout = std::min(timeout, kPendingSleep);
   std::vector<pollfd> fds;
   fds.reserve(1 + doorbells_.size() + ports_.size());
   fds.push_back({wake_fd_, POLLIN, 0});
@@ -615,7 +633,10 @@ absl::Status Worker::AbortConnection(uint32_t conn_id) {
   core::Connection* c = endpoint_.Find(conn_id);
   if (c == nullptr) return absl::NotFoundError(absl::StrCat("no connection ", conn_id));
   c->Abort(MonotonicNow());
-  return absl::OkStatus();  // the flushed completions go out with this loop's deliveries
+  // The flushed completions and the error state go out now: an abort with nothing outstanding
+  // makes no output for the endpoint to announce, and the state must still be published.
+  if (auto it = owned_.find(conn_id); it != owned_.end()) DeliverCompletions(it->second);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> Worker::AddDoorbell(Doorbell* doorbell) {

@@ -240,6 +240,7 @@ class Worker {
   size_t DrainRing(core::Instant now, SpscRing<Wr> ConnectionChannel::*ring,
                    bool OwnedConnection::*blocked);
   void DeliverCompletions(OwnedConnection& oc);
+  void DeliverReadyCompletions();
   void DeliverEvents(OwnedConnection& oc);
   void FlushPorts();
   bool HasPendingWork();
@@ -260,6 +261,11 @@ class Worker {
   PortSink sink_;
   core::Endpoint endpoint_;
   absl::flat_hash_map<uint32_t, OwnedConnection> owned_;
+  // Connections whose completions or events are delivered this iteration: those the endpoint
+  // lists as having output (Endpoint::TakeReady), and those a full ring held back before
+  // (completions_pending, ids). Nothing walks owned_ to find them.
+  std::vector<core::Connection*> ready_;
+  std::vector<uint32_t> completions_pending_;
   std::vector<std::deque<BacklogPacket>> backlog_;   // per plane
   std::deque<BacklogPacket> held_acks_;               // defer_receive_acks, oldest first
   bool holding_acks_ = false;                         // in the receive phase of RunOnce()
