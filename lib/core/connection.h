@@ -56,6 +56,14 @@ class ConnectionObserver {
   // c.TakeOutputAnnouncement(). Announced once: a connection the owner has taken stays silent
   // until its owner polls it and leaves output behind, or new output arrives after the take.
   virtual void OnOutputReady(Connection& c) = 0;
+  // A verification hook, called during OnPacket right after payload was written to memory:
+  // `placed` is the destination range as it now holds, for bytes [offset, offset + size) of
+  // message `msg_seq`. Simulators and tests check every placed byte here without keeping each
+  // message's buffer. Default: nothing.
+  virtual void OnPlaced(Connection& c, uint32_t msg_seq, uint32_t offset,
+                        std::span<const std::byte> placed) {
+    (void)c, (void)msg_seq, (void)offset, (void)placed;
+  }
 };
 
 

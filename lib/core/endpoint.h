@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 
+#include <functional>
 #include <vector>
 
 #include "absl/container/btree_map.h"
@@ -59,6 +60,11 @@ class Endpoint : private ConnectionObserver {
   // call (each once), and takes their announcements: an owner polls these. A connection polled
   // and left with output is listed again; one taken and not polled is not, until new output.
   void TakeReady(std::vector<Connection*>* out);
+  // Sees every placement of every connection (ConnectionObserver::OnPlaced): a verification
+  // hook for simulators and tests. Empty: none.
+  using PlacementCheck = std::function<void(Connection& c, uint32_t msg_seq, uint32_t offset,
+                                            std::span<const std::byte> placed)>;
+  void set_placement_check(PlacementCheck check) { placement_check_ = std::move(check); }
 
   const EndpointCounters& counters() const { return counters_; }
   // Connections in id order.
@@ -69,6 +75,10 @@ class Endpoint : private ConnectionObserver {
  private:
   void OnDeadlineChanged(Connection& c, Instant deadline) override;
   void OnOutputReady(Connection& c) override;
+  void OnPlaced(Connection& c, uint32_t msg_seq, uint32_t offset,
+                std::span<const std::byte> placed) override {
+    if (placement_check_) placement_check_(c, msg_seq, offset, placed);
+  }
 
   PacketSink& sink_;
   MemoryTable memory_;
@@ -76,6 +86,7 @@ class Endpoint : private ConnectionObserver {
   DeadlineHeap<Connection> timers_;
   std::vector<Connection*> ready_;  // announced output, not yet taken
   std::vector<Connection*> due_;    // OnTimer's scratch
+  PlacementCheck placement_check_;
   EndpointCounters counters_;
 };
 

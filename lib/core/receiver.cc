@@ -208,6 +208,10 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
 void Receiver::Place(const wire::Packet& p, uint32_t msg_seq, std::span<const std::byte> payload,
                      std::byte* dst) {
   if (!payload.empty()) std::memcpy(dst, payload.data(), payload.size());
+  if (conn_.observer_ != nullptr) {
+    conn_.observer_->OnPlaced(conn_, msg_seq, p.data.offset,
+                              std::span<const std::byte>(dst, payload.size()));
+  }
   if (cfg_.profile.placement == PlacementPolicy::kReorderBuffer) {
     deliver_offset_ += static_cast<uint32_t>(payload.size());
     if (deliver_offset_ >= p.data.msg_len) {

@@ -130,6 +130,23 @@ TEST_F(Endpoint_OnDatagram, ValidDatagramReachesItsConnection) {
   EXPECT_FALSE(RegionUntouched());
 }
 
+TEST_F(Endpoint_OnDatagram, PlacementCheckSeesEveryPlacedByteWhereItLanded) {
+  ASSERT_TRUE(ep_.CreateConnection(Config(1)).ok());
+  std::vector<std::pair<uint32_t, std::vector<std::byte>>> seen;
+  ep_.set_placement_check([&](Connection& c, uint32_t msg_seq, uint32_t offset,
+                              std::span<const std::byte> placed) {
+    EXPECT_EQ(c.local_id(), 1u);
+    EXPECT_EQ(msg_seq, 0u);
+    EXPECT_EQ(placed.data(), region_.data());  // remote_addr = the region's start
+    seen.emplace_back(offset, std::vector<std::byte>(placed.begin(), placed.end()));
+  });
+  ep_.OnDatagram(Instant{}, Serialize(WritePacket()), RxMeta{});
+  ep_.OnDatagram(Instant{}, Serialize(WritePacket()), RxMeta{});  // a duplicate: not placed again
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].first, 0u);
+  EXPECT_EQ(seen[0].second, payload_);
+}
+
 TEST_F(Endpoint_OnDatagram, MalformedAreCountedByReasonAndNeverReachAConnection) {
   Connection* conn = *ep_.CreateConnection(Config(1));
   struct Case {
