@@ -80,8 +80,8 @@ class PortModes {
 
  private:
   mutable absl::Mutex mu_;
-  int af_xdp_ = 0 ABSL_GUARDED_BY(mu_);
-  int zero_copy_ = 0 ABSL_GUARDED_BY(mu_);
+  int af_xdp_ ABSL_GUARDED_BY(mu_) = 0;
+  int zero_copy_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace metaroce::perf
