@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -46,6 +47,18 @@ Setter UnsignedSetter(absl::string_view flag, T ScenarioConfig::*field) {
     if (!n.ok()) return n.status();
     if (*n > std::numeric_limits<T>::max()) return BadValue(flag, v, "a smaller value");
     out.config.*field = static_cast<T>(*n);
+    return absl::OkStatus();
+  };
+}
+
+// An unsigned value stored through `apply` (fields of nested structs), at most `max`.
+Setter UnsignedInto(absl::string_view flag, uint64_t max,
+                    std::function<void(uint64_t, CommandLine&)> apply) {
+  return [flag, max, apply](absl::string_view v, CommandLine& out) -> absl::Status {
+    absl::StatusOr<uint64_t> n = ParseSize(flag, v);
+    if (!n.ok()) return n.status();
+    if (*n > max) return BadValue(flag, v, absl::StrCat("at most ", max));
+    apply(*n, out);
     return absl::OkStatus();
   };
 }
@@ -114,6 +127,11 @@ absl::StatusOr<bool> ParseBool(absl::string_view flag, absl::string_view v) {
 
 const std::vector<FlagSpec>& Flags() {
   static const std::vector<FlagSpec> flags = {
+      {"topology", "pair", "the two-host model (default); leaf-spine: the cluster model (its "
+                           "flags: mrsim --topology leaf-spine --help)",
+       [](absl::string_view v, CommandLine&) -> absl::Status {
+         return v == "pair" ? absl::OkStatus() : BadValue("topology", v, "pair");
+       }},
       {"paths", "P", "physical paths between A and B (default 8)",
        UnsignedSetter("paths", &ScenarioConfig::physical_paths)},
       {"logical-paths", "L", "logical paths per connection (default: --paths; gbn: 1)",
@@ -276,10 +294,233 @@ const std::vector<FlagSpec>& Flags() {
   return flags;
 }
 
+// WHERE:KIND[=VALUE][@T1-T2] (see the --fault help).
+absl::Status ParseFault(absl::string_view text, FabricFault* f) {
+  auto bad = [text](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("--fault=", text, ": ", why));
+  };
+  absl::string_view rest = text;
+  const size_t at = rest.find('@');
+  if (at != absl::string_view::npos) {
+    if (!ParseWindow(rest.substr(at + 1), &f->window)) return bad("expected @T1-T2 in us");
+    rest = rest.substr(0, at);
+  }
+  const size_t colon = rest.find(':');
+  if (colon == absl::string_view::npos) return bad("expected WHERE:KIND");
+  const absl::string_view where = rest.substr(0, colon);
+  absl::string_view kind = rest.substr(colon + 1);
+  std::optional<double> value;
+  if (const size_t eq = kind.find('='); eq != absl::string_view::npos) {
+    double x = 0;
+    if (!absl::SimpleAtod(kind.substr(eq + 1), &x) || !std::isfinite(x)) {
+      return bad("the value after = is not a number");
+    }
+    value = x;
+    kind = kind.substr(0, eq);
+  }
+  const size_t weq = where.find('=');
+  if (weq == absl::string_view::npos) return bad("WHERE is spine=P.S, link=P.L.S or host=P.H");
+  std::vector<uint32_t> ids;
+  for (absl::string_view part : absl::StrSplit(where.substr(weq + 1), '.')) {
+    uint32_t n = 0;
+    if (!absl::SimpleAtoi(part, &n)) return bad("WHERE's numbers are plane.leaf.spine etc.");
+    ids.push_back(n);
+  }
+  const absl::string_view what = where.substr(0, weq);
+  if (what == "spine" && ids.size() == 2) {
+    f->whole_spine = true;
+    f->plane = static_cast<uint8_t>(ids[0]);
+    f->spine = ids[1];
+  } else if (what == "link" && ids.size() == 3) {
+    f->link = {static_cast<uint8_t>(ids[0]), FabricLink::Tier::kSpine, ids[1], ids[2]};
+  } else if (what == "host" && ids.size() == 2) {
+    f->link = {static_cast<uint8_t>(ids[0]), FabricLink::Tier::kHost, ids[1], 0};
+  } else {
+    return bad("WHERE is spine=P.S, link=P.L.S (leaf L to spine S) or host=P.H");
+  }
+  if (kind == "blackhole") {
+    f->kind = FabricFault::Kind::kBlackhole;
+    if (value) return bad("blackhole takes no value");
+  } else if (kind == "loss") {
+    f->kind = FabricFault::Kind::kLoss;
+    if (!value) return bad("loss=PROBABILITY");
+    f->loss_probability = *value;
+  } else if (kind == "rate") {
+    f->kind = FabricFault::Kind::kRateCut;
+    if (!value) return bad("rate=FACTOR (0..1]");
+    f->rate_factor = *value;
+  } else if (kind == "flap") {
+    f->kind = FabricFault::Kind::kFlap;
+    if (!value) return bad("flap=PERIOD_US");
+    f->flap_period = FromMicros(*value);
+  } else {
+    return bad("KIND is blackhole, loss=P, rate=F or flap=PERIOD_US");
+  }
+  return absl::OkStatus();
+}
+
+Setter ClusterReal(absl::string_view flag, std::function<void(double, ClusterConfig&)> apply) {
+  return RealSetter(flag, [apply](double x, CommandLine& out) { apply(x, out.cluster_config); });
+}
+
+Setter ClusterUnsigned(absl::string_view flag, uint64_t max,
+                       std::function<void(uint64_t, ClusterConfig&)> apply) {
+  return UnsignedInto(flag, max,
+                      [apply](uint64_t n, CommandLine& out) { apply(n, out.cluster_config); });
+}
+
+Setter BoolSetter(absl::string_view flag, std::function<void(bool, CommandLine&)> apply) {
+  return [flag, apply](absl::string_view v, CommandLine& out) -> absl::Status {
+    absl::StatusOr<bool> b = ParseBool(flag, v);
+    if (!b.ok()) return b.status();
+    apply(*b, out);
+    return absl::OkStatus();
+  };
+}
+
+const std::vector<FlagSpec>& ClusterFlags() {
+  static const std::vector<FlagSpec> flags = {
+      {"topology", "leaf-spine", "the cluster model (--topology pair: the two-host model)",
+       [](absl::string_view v, CommandLine&) -> absl::Status {
+         return v == "leaf-spine" ? absl::OkStatus() : BadValue("topology", v, "leaf-spine");
+       }},
+      {"hosts", "H", "hosts (default 16)",
+       ClusterUnsigned("hosts", 1u << 24, [](uint64_t n, ClusterConfig& c) { c.fabric.hosts = uint32_t(n); })},
+      {"hosts-per-leaf", "K", "hosts under each leaf (default 4)",
+       ClusterUnsigned("hosts-per-leaf", 1u << 20,
+                       [](uint64_t n, ClusterConfig& c) { c.fabric.hosts_per_leaf = uint32_t(n); })},
+      {"spines", "S", "spines per plane (default 4)",
+       ClusterUnsigned("spines", 1u << 16, [](uint64_t n, ClusterConfig& c) { c.fabric.spines = uint32_t(n); })},
+      {"planes", "P", "planes: each host has one NIC port per plane (default 1)",
+       ClusterUnsigned("planes", 16, [](uint64_t n, ClusterConfig& c) { c.fabric.planes = uint8_t(n); })},
+      {"host-gbps", "GBPS", "host-leaf link rate (default 100)",
+       ClusterReal("host-gbps", [](double x, ClusterConfig& c) { c.fabric.host_gbps = x; })},
+      {"fabric-gbps", "GBPS", "leaf-spine link rate (default 100)",
+       ClusterReal("fabric-gbps", [](double x, ClusterConfig& c) { c.fabric.fabric_gbps = x; })},
+      {"hop-delay-us", "US", "propagation delay of every link (default 1)",
+       ClusterReal("hop-delay-us",
+                   [](double x, ClusterConfig& c) { c.fabric.hop_delay = FromMicros(x); })},
+      {"queue-kb", "KIB", "output queue per switch port; tail drop beyond (lossy; default 512)",
+       ClusterUnsigned("queue-kb", 1u << 30,
+                       [](uint64_t n, ClusterConfig& c) { c.fabric.queue_bytes = n * 1024; })},
+      {"ecn-kb", "KIB", "CE-mark above this backlog (default 64)",
+       ClusterUnsigned("ecn-kb", 1u << 30,
+                       [](uint64_t n, ClusterConfig& c) { c.fabric.ecn_threshold_bytes = n * 1024; })},
+      {"fabric", "lossy|lossless", "lossless: PFC on every switch port, no tail drop (default lossy)",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         if (v != "lossy" && v != "lossless") return BadValue("fabric", v, "lossy or lossless");
+         out.cluster_config.fabric.lossless = v == "lossless";
+         return absl::OkStatus();
+       }},
+      {"pfc-xoff-kb", "KIB", "lossless: pause the upstream port above this ingress backlog (default 96)",
+       ClusterUnsigned("pfc-xoff-kb", 1u << 30,
+                       [](uint64_t n, ClusterConfig& c) { c.fabric.pfc_xoff_bytes = n * 1024; })},
+      {"pfc-xon-kb", "KIB", "lossless: resume it below this (default 48)",
+       ClusterUnsigned("pfc-xon-kb", 1u << 30,
+                       [](uint64_t n, ClusterConfig& c) { c.fabric.pfc_xon_bytes = n * 1024; })},
+      {"reconverge-us", "US",
+       "routing removes a link down this long from ECMP groups (default 0: never)",
+       ClusterReal("reconverge-us",
+                   [](double x, ClusterConfig& c) { c.fabric.reconvergence = FromMicros(x); })},
+      {"fault", "WHERE:KIND[=V][@T1-T2]",
+       "a fault, repeatable. WHERE: spine=P.S (every link of spine S of plane P), link=P.L.S "
+       "(leaf L to spine S), host=P.H (host H's link). KIND: blackhole, loss=PROB, rate=FACTOR, "
+       "flap=PERIOD_US (needs @T1-T2). Times in us; default from 0 on",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         FabricFault f;
+         if (absl::Status s = ParseFault(v, &f); !s.ok()) return s;
+         out.cluster_config.faults.push_back(f);
+         return absl::OkStatus();
+       }},
+      {"transport", "T", "metaroce, gbn (one path, RoCEv2 go-back-N) or reorder (default metaroce)",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         ClusterConfig& c = out.cluster_config;
+         if (v == "metaroce") {
+           c.transport = TransportKind::kMetaRoce;
+         } else if (v == "gbn") {
+           c.transport = TransportKind::kGoBackN;
+         } else if (v == "reorder") {
+           c.transport = TransportKind::kReorderBuffer;
+         } else {
+           return BadValue("transport", v, "metaroce, gbn or reorder");
+         }
+         return absl::OkStatus();
+       }},
+      {"paths", "N", "logical paths per connection, spread over the planes (default 8; gbn: 1)",
+       ClusterUnsigned("paths", 256, [](uint64_t n, ClusterConfig& c) { c.paths = uint16_t(n); })},
+      {"conns-per-pair", "N", "connections per host pair; a flow's bytes are split over them "
+                              "(default 1)",
+       ClusterUnsigned("conns-per-pair", 1u << 16,
+                       [](uint64_t n, ClusterConfig& c) { c.connections_per_pair = uint32_t(n); })},
+      {"mtu", "BYTES", "payload bytes per data packet (default 4096)",
+       ClusterUnsigned("mtu", 65000, [](uint64_t n, ClusterConfig& c) { c.mtu = uint32_t(n); })},
+      {"reorder-buffer-kb", "KIB", "reorder transport: responder buffer (default 1024)",
+       ClusterUnsigned("reorder-buffer-kb", 4u << 20,
+                       [](uint64_t n, ClusterConfig& c) { c.reorder_buffer_kb = uint32_t(n); })},
+      {"workload", "W", "pair, permutation, incast, alltoall or allreduce-ring (default permutation)",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         absl::StatusOr<Workload> w = ParseWorkload(std::string_view(v.data(), v.size()));
+         if (!w.ok()) return w.status();
+         out.cluster_config.workload = *w;
+         return absl::OkStatus();
+       }},
+      {"size", "BYTES", "bytes per flow per step (allreduce-ring: per host), K/M/G (default 1M)",
+       ClusterUnsigned("size", uint64_t{1} << 30,
+                       [](uint64_t n, ClusterConfig& c) { c.message_bytes = n; })},
+      {"steps", "N", "barrier steps (allreduce-ring: whole all-reduces) (default 1)",
+       ClusterUnsigned("steps", 1u << 30, [](uint64_t n, ClusterConfig& c) { c.steps = uint32_t(n); })},
+      {"incast-degree", "N", "incast: senders into host 0 (default 8)",
+       ClusterUnsigned("incast-degree", 1u << 24,
+                       [](uint64_t n, ClusterConfig& c) { c.incast_degree = uint32_t(n); })},
+      {"seed", "S", "seed of every random choice (default 1)",
+       ClusterUnsigned("seed", UINT64_MAX, [](uint64_t n, ClusterConfig& c) { c.seed = n; })},
+      {"duration-cap-ms", "MS", "stop after this much simulated time (default 10000)",
+       ClusterReal("duration-cap-ms",
+                   [](double x, ClusterConfig& c) { c.duration_cap = FromMicros(x * 1000.0); })},
+      {"max-events", "N", "stop after this many events (default 2000000000)",
+       ClusterUnsigned("max-events", UINT64_MAX, [](uint64_t n, ClusterConfig& c) { c.max_events = n; })},
+      {"json", "", "print the result as one JSON object",
+       BoolSetter("json", [](bool b, CommandLine& out) { out.json = b; })},
+      {"measure", "", "add wall-clock figures and the core's heap per connection (vary per run)",
+       BoolSetter("measure", [](bool b, CommandLine& out) { out.cluster_config.measure = b; })},
+      {"quiet", "", "no progress lines on stderr",
+       BoolSetter("quiet", [](bool b, CommandLine& out) { out.quiet = b; })},
+      {"help", "", "print this text",
+       [](absl::string_view, CommandLine& out) -> absl::Status {
+         out.help = true;
+         return absl::OkStatus();
+       }},
+  };
+  return flags;
+}
+
+// Which model the arguments ask for: the value of --topology (default pair).
+absl::StatusOr<bool> WantsCluster(std::span<const char* const> args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
+    absl::string_view value;
+    if (absl::StartsWith(arg, "--topology=")) {
+      value = arg.substr(strlen("--topology="));
+    } else if (arg == "--topology" && i + 1 < args.size()) {
+      value = args[i + 1];
+    } else {
+      continue;
+    }
+    if (value == "pair") return false;
+    if (value == "leaf-spine") return true;
+    return BadValue("topology", value, "pair or leaf-spine");
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<CommandLine> ParseCommandLine(std::span<const char* const> args) {
   CommandLine out;
+  absl::StatusOr<bool> cluster = WantsCluster(args);
+  if (!cluster.ok()) return cluster.status();
+  out.cluster = *cluster;
+  const std::vector<FlagSpec>& table = out.cluster ? ClusterFlags() : Flags();
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];
     if (!absl::StartsWith(arg, "--")) {
@@ -294,7 +535,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(std::span<const char* const> args) 
       value = arg.substr(eq + 1);
     }
     const FlagSpec* spec = nullptr;
-    for (const FlagSpec& f : Flags()) {
+    for (const FlagSpec& f : table) {
       if (f.name == name) spec = &f;
     }
     if (spec == nullptr) {
@@ -313,9 +554,26 @@ absl::StatusOr<CommandLine> ParseCommandLine(std::span<const char* const> args) 
     if (absl::Status s = spec->set(*value, out); !s.ok()) return s;
   }
   if (!out.help) {
-    if (absl::Status s = out.config.Validate(); !s.ok()) return s;
+    if (absl::Status s = out.cluster ? out.cluster_config.Validate() : out.config.Validate();
+        !s.ok()) {
+      return s;
+    }
   }
   return out;
+}
+
+std::string ClusterUsageText() {
+  std::string s =
+      "usage: mrsim --topology leaf-spine [flags]\n"
+      "Runs the MetaRoCE core on every host of a multiplane leaf-spine fabric (lossy with ECN, or\n"
+      "lossless with PFC) under a collective workload in barrier steps, and verifies every byte\n"
+      "placed. Same flags and seed: byte-identical --json output (except --measure).\n\n";
+  for (const FlagSpec& f : ClusterFlags()) {
+    std::string lhs = absl::StrCat("--", f.name);
+    if (!f.value_name.empty()) absl::StrAppend(&lhs, " ", f.value_name);
+    absl::StrAppendFormat(&s, "  %-30s %s\n", lhs, f.help);
+  }
+  return s;
 }
 
 std::string UsageText() {

@@ -1,4 +1,6 @@
-// mrsim's command line: a table of flags mapped onto a ScenarioConfig.
+// mrsim's command line: a table of flags mapped onto a ScenarioConfig (the two-host model,
+// `--topology pair`, the default) or, with `--topology leaf-spine`, a second table mapped onto a
+// ClusterConfig (cluster.h).
 //
 // Syntax: --name=value or --name value; boolean flags also as bare --name. --slow, --blackhole,
 // --path-loss and --ce-mark may be repeated and take comma-separated lists. Sizes accept K, M, G suffixes (powers of 1024).
@@ -9,20 +11,25 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "tools/sim/cluster.h"
 #include "tools/sim/scenario.h"
 
 namespace metaroce::sim {
 
 struct CommandLine {
   ScenarioConfig config;
+  bool cluster = false;  // --topology leaf-spine: cluster_config applies, config does not
+  ClusterConfig cluster_config;
   bool json = false;
+  bool quiet = false;  // leaf-spine: no progress on stderr
   bool help = false;
 };
 
 // `args` excludes the program name.
 absl::StatusOr<CommandLine> ParseCommandLine(std::span<const char* const> args);
 
-// The --help text: every flag with its default.
+// The --help text: every flag with its default (the two-host model; the cluster model's).
 std::string UsageText();
+std::string ClusterUsageText();
 
 }  // namespace metaroce::sim

@@ -259,9 +259,11 @@ void LeafSpineFabric::OnArrival(uint32_t node, uint32_t ingress, uint32_t slot) 
   }
   Slot& s = slots_[slot];
   if (!IsSwitch(node)) {
-    ++delivered_;
-    deliver_(s.packet);
+    // Out of the slot first: delivery makes the host send (ACKs), which may grow slots_.
+    FabricPacket packet = std::move(s.packet);
     FreeSlot(slot);
+    ++delivered_;
+    deliver_(packet);
     return;
   }
   s.ingress = ingress;

@@ -21,7 +21,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (command_line->help) {
-    std::fputs(UsageText().c_str(), stdout);
+    std::fputs((command_line->cluster ? ClusterUsageText() : UsageText()).c_str(), stdout);
+    return 0;
+  }
+  if (command_line->cluster) {
+    ClusterConfig config = command_line->cluster_config;
+    config.progress = !command_line->quiet;
+    absl::StatusOr<ClusterResult> result = RunCluster(config);
+    if (!result.ok()) {
+      std::fprintf(stderr, "mrsim: %s\n", std::string(result.status().message()).c_str());
+      return 2;
+    }
+    const std::string text =
+        command_line->json ? ClusterResultToJson(*result) : ClusterResultSummary(*result);
+    std::fputs(text.c_str(), stdout);
     return 0;
   }
   const auto wall_start = std::chrono::steady_clock::now();

@@ -1,0 +1,117 @@
+// A cluster run: the real core on every host of a leaf-spine fabric (leaf_spine.h), driven by a
+// collective-style workload in barrier steps. This is mrsim's `--topology leaf-spine`.
+//
+// Workloads (each step, every flow sends message_bytes, split over connections_per_pair
+// connections; a step ends when every message of it has completed at its requester):
+//   pair           host 0 -> host 1
+//   permutation    host h -> pi(h), pi a random derangement drawn from the seed, the same each step
+//   incast         hosts 1..incast_degree -> host 0
+//   alltoall       every host -> every other host
+//   allreduce-ring a ring all-reduce of message_bytes per host: 2(H-1) steps in which host h sends
+//                  message_bytes / H to host h+1 (reduce-scatter, then all-gather); `steps` counts
+//                  whole all-reduces
+//
+// Verification without buffers: every host registers the same read-only pattern region (the
+// source of every message, at an offset drawn per message) and the same scratch region (the
+// destination of every Write). The core's placement hook (Endpoint::set_placement_check) checks
+// each placed range against the pattern as it lands, so every byte is verified at any scale with
+// memory that does not grow with hosts or messages. A message must complete at its requester with
+// exactly its bytes placed once.
+//
+// Ideal completion time of a step, from link capacities: the busiest of every host's NIC (bytes
+// sent and received) and every leaf's uplinks and downlinks (bytes crossing it), at the line rate
+// of the planes together, counting each packet's headers, plus the one-way latency of the longest
+// route. vs_ideal = ideal_us / completion_us (1.0 is ideal).
+//
+// Determinism: same config, same JSON (except `measured`).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/core/path_state.h"
+#include "tools/sim/leaf_spine.h"
+#include "tools/sim/scenario.h"
+
+namespace metaroce::sim {
+
+enum class Workload : uint8_t { kPair, kPermutation, kIncast, kAllToAll, kAllReduceRing };
+std::string_view WorkloadName(Workload w);
+absl::StatusOr<Workload> ParseWorkload(std::string_view name);
+
+struct ClusterConfig {
+  LeafSpineConfig fabric;
+  std::vector<FabricFault> faults;
+
+  TransportKind transport = TransportKind::kMetaRoce;
+  uint16_t paths = 8;  // logical paths per connection (go-back-N: 1)
+  uint32_t connections_per_pair = 1;
+  uint32_t mtu = 4096;
+  uint32_t reorder_buffer_kb = 1024;
+
+  Workload workload = Workload::kPermutation;
+  uint64_t message_bytes = 1u << 20;
+  uint32_t steps = 1;
+  uint32_t incast_degree = 8;
+
+  uint64_t seed = 1;
+  Duration duration_cap = std::chrono::seconds(10);  // simulated
+  uint64_t max_events = 2'000'000'000;
+  bool measure = false;   // wall-clock figures in `measured`
+  bool progress = false;  // progress lines on stderr for long runs
+  // Test seam: sees every packet as it reaches its host, before the core does, and may change
+  // it (a fabric that corrupts data undetected). The verifier's tests use it; empty otherwise.
+  std::function<void(FabricPacket&)> on_delivery;
+
+  absl::Status Validate() const;
+  uint16_t EffectivePaths() const { return transport == TransportKind::kGoBackN ? 1 : paths; }
+};
+
+struct ClusterResult {
+  ClusterConfig config;
+  std::string stop_reason;  // "done", "duration_cap", "event_cap", "idle"
+  uint64_t events = 0;
+  double sim_time_us = 0;
+  uint32_t hosts = 0;
+  uint64_t flows = 0;
+  uint64_t connections = 0;  // per side
+  uint64_t messages_posted = 0;
+  uint64_t messages_completed = 0;
+  uint64_t messages_failed = 0;
+  std::map<std::string, uint64_t> failed_by_status;
+  uint64_t bytes_verified = 0;
+  uint64_t data_errors = 0;
+  std::map<std::string, uint64_t> data_errors_by_kind;
+  // Steps.
+  uint32_t steps_completed = 0;
+  std::vector<double> step_us;
+  double step_p50_us = 0, step_p99_us = 0, step_max_us = 0;
+  double ideal_us = 0;       // sum over steps of each step's ideal time
+  double completion_us = 0;  // the last step's end
+  double vs_ideal = 0;
+  // Flows: goodput over the steps they took part in (bytes / time from step start to their
+  // last completion, summed over steps).
+  double flow_goodput_gbps_min = 0, flow_goodput_gbps_mean = 0, flow_goodput_gbps_max = 0;
+  double jain_fairness = 0;
+  // Fabric.
+  FabricTotals fabric;
+  // Paths.
+  uint64_t path_state_changes = 0;
+  uint64_t port_rotations = 0;
+  std::map<std::string, uint64_t> path_events_by_reason;
+  uint64_t retransmits = 0;
+  uint64_t timeouts = 0;
+  // measure only.
+  double setup_wall_s = 0, run_wall_s = 0;
+  uint64_t core_heap_bytes_per_connection = 0;
+};
+
+absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config);
+std::string ClusterResultToJson(const ClusterResult& r);
+std::string ClusterResultSummary(const ClusterResult& r);
+
+}  // namespace metaroce::sim
