@@ -361,9 +361,10 @@ void Cluster::OnTransmit(uint32_t host, const core::TxMeta& meta,
   p.plane = conn.plane != kNoPlane ? conn.plane : meta.plane;
   p.src_port = meta.src_port;
   p.dst_port = meta.dst_port;
-  p.bytes.resize(headers.size() + payload.size());
-  if (!headers.empty()) std::memcpy(p.bytes.data(), headers.data(), headers.size());
-  if (!payload.empty()) std::memcpy(p.bytes.data() + headers.size(), payload.data(), payload.size());
+  p.bytes = fabric_.TakeBuffer();
+  p.bytes.reserve(headers.size() + payload.size());
+  p.bytes.insert(p.bytes.end(), headers.begin(), headers.end());
+  p.bytes.insert(p.bytes.end(), payload.begin(), payload.end());
   fabric_.Send(std::move(p));
 }
 

@@ -172,8 +172,23 @@ uint32_t LeafSpineFabric::NewSlot(FabricPacket packet) {
 }
 
 void LeafSpineFabric::FreeSlot(uint32_t slot) {
+  Recycle(std::move(slots_[slot].packet.bytes));
   slots_[slot].packet.bytes = {};
   free_slots_.push_back(slot);
+}
+
+void LeafSpineFabric::Recycle(std::vector<std::byte>&& bytes) {
+  constexpr size_t kMaxSpare = 1 << 16;
+  if (bytes.capacity() == 0 || spare_buffers_.size() >= kMaxSpare) return;
+  bytes.clear();
+  spare_buffers_.push_back(std::move(bytes));
+}
+
+std::vector<std::byte> LeafSpineFabric::TakeBuffer() {
+  if (spare_buffers_.empty()) return {};
+  std::vector<std::byte> b = std::move(spare_buffers_.back());
+  spare_buffers_.pop_back();
+  return b;
 }
 
 void LeafSpineFabric::Send(FabricPacket packet) {
@@ -264,6 +279,7 @@ void LeafSpineFabric::OnArrival(uint32_t node, uint32_t ingress, uint32_t slot) 
     FreeSlot(slot);
     ++delivered_;
     deliver_(packet);
+    Recycle(std::move(packet.bytes));
     return;
   }
   s.ingress = ingress;
