@@ -36,6 +36,8 @@ constexpr uint64_t kPatternSlack = 1u << 20;  // source offsets vary over this m
 constexpr uint16_t kFirstPort = 49152;
 constexpr uint32_t kPortSpan = 16384;
 constexpr uint8_t kNoPlane = 0xff;
+constexpr size_t kGuardBytes = 4096;  // around the scratch region: a write outside it shows
+constexpr std::byte kGuardByte{0x5a};
 
 size_t HeapInUse() {
   const struct mallinfo2 m = mallinfo2();
@@ -217,7 +219,7 @@ absl::Status Cluster::Setup() {
       std::memcpy(pattern_.data() + i, &v, 8);
     }
   }
-  scratch_.resize(message);
+  scratch_.assign(message + 2 * kGuardBytes, kGuardByte);
   hosts_.resize(H);
   for (uint32_t h = 0; h < H; ++h) {
     Host& host = hosts_[h];
@@ -226,7 +228,8 @@ absl::Status Cluster::Setup() {
     auto pattern_mr = host.endpoint->memory().Register(pattern_.data(), pattern_.size(), 0);
     if (!pattern_mr.ok()) return pattern_mr.status();
     auto scratch_mr = host.endpoint->memory().Register(
-        scratch_.data(), scratch_.size(), core::access::kLocalWrite | core::access::kRemoteWrite);
+        scratch_.data() + kGuardBytes, message,
+        core::access::kLocalWrite | core::access::kRemoteWrite);
     if (!scratch_mr.ok()) return scratch_mr.status();
     host.pattern_mr = *pattern_mr;
     host.scratch_mr = *scratch_mr;
@@ -414,6 +417,7 @@ void Cluster::AfterHostEvent(uint32_t host) {
       while ((n = c->PollEvents(events)) > 0) {
         for (size_t i = 0; i < n; ++i) {
           const core::PathEvent& e = events[i];
+          if (config_.on_path_event) config_.on_path_event(host, e);
           if (e.kind == core::PathEvent::Kind::kPortRotated) {
             ++result_.port_rotations;
           } else {
@@ -611,6 +615,12 @@ ClusterResult Cluster::Finish() {
     r.jain_fairness = sum_sq > 0 ? sum * sum / (static_cast<double>(n) * sum_sq) : 0;
   }
   r.fabric = fabric_.Totals();
+  for (size_t i = 0; i < kGuardBytes; ++i) {
+    if (scratch_[i] != kGuardByte || scratch_[scratch_.size() - 1 - i] != kGuardByte) {
+      DataError("guard_zone_written");
+      break;
+    }
+  }
   for (const Conn& c : conns_) {
     r.retransmits += c.req->counters().retransmits;
     for (uint16_t p = 0; p < c.req->path_count(); ++p) r.timeouts += c.req->path_stats(p).timeouts;

@@ -66,6 +66,8 @@ struct ClusterConfig {
   // Test seam: sees every packet as it reaches its host, before the core does, and may change
   // it (a fabric that corrupts data undetected). The verifier's tests use it; empty otherwise.
   std::function<void(FabricPacket&)> on_delivery;
+  // Diagnosis seam: every path event of every connection, with the host that reported it.
+  std::function<void(uint32_t host, const core::PathEvent&)> on_path_event;
 
   absl::Status Validate() const;
   uint16_t EffectivePaths() const { return transport == TransportKind::kGoBackN ? 1 : paths; }
