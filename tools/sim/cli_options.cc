@@ -472,6 +472,11 @@ const std::vector<FlagSpec>& ClusterFlags() {
       {"incast-degree", "N", "incast: senders into host 0 (default 8)",
        ClusterUnsigned("incast-degree", 1u << 24,
                        [](uint64_t n, ClusterConfig& c) { c.incast_degree = uint32_t(n); })},
+      {"background-incast", "N",
+       "besides the workload, the last N hosts write --size to host 0 without pause until it "
+       "ends: the workload's flows are the victims (default 0)",
+       ClusterUnsigned("background-incast", 1u << 24,
+                       [](uint64_t n, ClusterConfig& c) { c.background_incast = uint32_t(n); })},
       {"seed", "S", "seed of every random choice (default 1)",
        ClusterUnsigned("seed", UINT64_MAX, [](uint64_t n, ClusterConfig& c) { c.seed = n; })},
       {"duration-cap-ms", "MS", "stop after this much simulated time (default 10000)",

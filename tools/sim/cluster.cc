@@ -84,6 +84,7 @@ class Cluster {
   struct Flow {
     uint32_t src = 0, dst = 0;
     uint32_t first_conn = 0;  // connections_per_pair of them, consecutive
+    bool background = false;  // background incast: outside the steps and the figures
     uint64_t bytes = 0;
     int64_t busy_ns = 0;          // sum over steps of (last completion - step start)
     Instant last_completion{0};   // in the current step
@@ -124,6 +125,8 @@ class Cluster {
   void RescheduleTimer(uint32_t host);
   void OnTimer(uint32_t host, uint64_t generation);
   void StartStep();
+  // Posts a Write of `size` bytes on connection `index`; false when the core refused it.
+  bool PostMessage(uint32_t index, uint64_t size);
   void OnCompletion(const core::Completion& wc);
   void EndStep();
   void Progress(bool last);
@@ -208,6 +211,8 @@ absl::Status Cluster::Setup() {
       for (uint32_t h = 0; h < H; ++h) pairs.push_back({h, (h + 1) % H});
       break;
   }
+  const size_t foreground = pairs.size();
+  for (uint32_t i = 0; i < config_.background_incast; ++i) pairs.push_back({H - 1 - i, 0});
   // Memory: one pattern (the source of every message) and one scratch region (the destination
   // of every Write), registered on every host.
   const uint64_t message = StepMessageBytes();
@@ -243,6 +248,7 @@ absl::Status Cluster::Setup() {
   conns_.reserve(pairs.size() * config_.connections_per_pair);
   for (const auto& [src, dst] : pairs) {
     Flow& flow = flows_.emplace_back();
+    flow.background = flows_.size() > foreground;
     flow.src = src;
     flow.dst = dst;
     flow.first_conn = static_cast<uint32_t>(conns_.size());
@@ -327,6 +333,7 @@ double Cluster::IdealStepUs(uint64_t flow_bytes) const {
   };
   std::vector<Resource> tx(f.hosts), rx(f.hosts), up(f.leaves()), down(f.leaves());
   for (const Flow& fl : flows_) {
+    if (fl.background) continue;
     const uint32_t a = fabric_.LeafOf(fl.src), b = fabric_.LeafOf(fl.dst);
     if (a == b) {  // NIC, leaf -> host; ACK 2 hops
       tx[fl.src].Add(wire, (2 * D + sh) + 2 * D);
@@ -456,43 +463,55 @@ void Cluster::OnTimer(uint32_t host, uint64_t generation) {
   AfterHostEvent(host);
 }
 
+bool Cluster::PostMessage(uint32_t index, uint64_t size) {
+  Conn& conn = conns_[index];
+  const uint32_t msg_seq = conn.next_msg_seq;
+  const Host& src = hosts_[conn.req_host];
+  const Host& dst = hosts_[conn.resp_host];
+  core::SendWorkRequest wr;
+  wr.wr_id = Key(index, msg_seq);
+  wr.opcode = core::WrOpcode::kWrite;
+  wr.flags = core::send_flags::kSignaled;
+  wr.local = core::Sge{src.pattern_mr.addr + SourceOffset(index, msg_seq),
+                       static_cast<uint32_t>(size), src.pattern_mr.lkey};
+  wr.remote_addr = dst.scratch_mr.addr;
+  wr.rkey = dst.scratch_mr.rkey;
+  messages_[Key(index, msg_seq)] = Message{size, 0};
+  const absl::Status s = conn.req->PostSend(queue_.now(), wr);
+  if (!s.ok()) {
+    messages_.erase(Key(index, msg_seq));
+    return false;
+  }
+  ++conn.next_msg_seq;
+  return true;
+}
+
 void Cluster::StartStep() {
   step_started_ = queue_.now();
   const uint64_t message = StepMessageBytes();
   const uint32_t per_pair = config_.connections_per_pair;
   touched_hosts_.clear();
   for (Flow& flow : flows_) {
+    // The background incast starts with the first step and runs on by itself.
+    if (flow.background && step_ > 0) continue;
     flow.last_completion = step_started_;
     for (uint32_t j = 0; j < per_pair; ++j) {
       const uint32_t index = flow.first_conn + j;
-      Conn& conn = conns_[index];
       // The flow's bytes split over its connections; the first ones take the remainder.
       const uint64_t size = message / per_pair + (j < message % per_pair ? 1 : 0);
       if (size == 0) continue;
-      const uint32_t msg_seq = conn.next_msg_seq;
-      const Host& src = hosts_[conn.req_host];
-      const Host& dst = hosts_[conn.resp_host];
-      core::SendWorkRequest wr;
-      wr.wr_id = Key(index, msg_seq);
-      wr.opcode = core::WrOpcode::kWrite;
-      wr.flags = core::send_flags::kSignaled;
-      wr.local = core::Sge{src.pattern_mr.addr + SourceOffset(index, msg_seq),
-                           static_cast<uint32_t>(size), src.pattern_mr.lkey};
-      wr.remote_addr = dst.scratch_mr.addr;
-      wr.rkey = dst.scratch_mr.rkey;
-      messages_[Key(index, msg_seq)] = Message{size, 0};
-      const absl::Status s = conn.req->PostSend(queue_.now(), wr);
-      if (!s.ok()) {
-        messages_.erase(Key(index, msg_seq));
-        ++result_.messages_failed;
-        ++result_.failed_by_status["POST_REFUSED"];
+      if (!PostMessage(index, size)) {
+        if (!flow.background) {
+          ++result_.messages_failed;
+          ++result_.failed_by_status["POST_REFUSED"];
+        }
         continue;
       }
-      ++conn.next_msg_seq;
+      touched_hosts_.push_back(conns_[index].req_host);
+      if (flow.background) continue;
       ++result_.messages_posted;
       ++step_outstanding_;
       flow.bytes += size;
-      touched_hosts_.push_back(conn.req_host);
     }
   }
   step_messages_ = step_outstanding_;
@@ -516,6 +535,18 @@ void Cluster::OnCompletion(const core::Completion& wc) {
     DataError("duplicate_completion");
     return;
   }
+  Flow& flow = flows_[conns_[conn].flow];
+  if (flow.background) {
+    if (wc.status == core::WcStatus::kSuccess) {
+      ++result_.background_messages_completed;
+      if (it->second.placed != it->second.size) DataError("completed_before_placed");
+    }
+    const uint64_t size = it->second.size;
+    messages_.erase(it);
+    // On until the workload ends; the host's timer is re-armed by the caller (AfterHostEvent).
+    if (!done_ && wc.status == core::WcStatus::kSuccess) PostMessage(conn, size);
+    return;
+  }
   if (wc.status == core::WcStatus::kSuccess) {
     ++result_.messages_completed;
     if (it->second.placed != it->second.size) DataError("completed_before_placed");
@@ -525,7 +556,6 @@ void Cluster::OnCompletion(const core::Completion& wc) {
   }
   (void)msg_seq;
   messages_.erase(it);
-  Flow& flow = flows_[conns_[conn].flow];
   flow.last_completion = std::max(flow.last_completion, queue_.now());
   if (--step_outstanding_ == 0) {
     // The step's end posts the next step's messages: not from within this host's polling loop.
@@ -536,7 +566,9 @@ void Cluster::OnCompletion(const core::Completion& wc) {
 void Cluster::EndStep() {
   const Instant now = queue_.now();
   result_.step_us.push_back(static_cast<double>((now - step_started_).count()) / 1000.0);
-  for (Flow& flow : flows_) flow.busy_ns += (flow.last_completion - step_started_).count();
+  for (Flow& flow : flows_) {
+    if (!flow.background) flow.busy_ns += (flow.last_completion - step_started_).count();
+  }
   ++step_;
   ++result_.steps_completed;
   if (step_ >= StepsTotal()) {
@@ -665,6 +697,7 @@ absl::Status ClusterConfig::Validate() const {
   if (workload == Workload::kIncast && (incast_degree < 1 || incast_degree >= fabric.hosts)) {
     return bad("--incast-degree must be in 1..hosts-1");
   }
+  if (background_incast >= fabric.hosts) return bad("--background-incast must be below --hosts");
   const uint64_t flows = workload == Workload::kAllToAll
                              ? uint64_t{fabric.hosts} * (fabric.hosts - 1)
                          : workload == Workload::kPair   ? 1
@@ -729,6 +762,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("size", c.message_bytes);
   w.Field("steps", c.steps);
   if (c.workload == Workload::kIncast) w.Field("incast_degree", c.incast_degree);
+  w.Field("background_incast", c.background_incast);
   w.Field("seed", c.seed);
   w.EndObject();
   w.Field("stop_reason", r.stop_reason);
@@ -739,6 +773,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("messages_posted", r.messages_posted);
   w.Field("messages_completed", r.messages_completed);
   w.Field("messages_failed", r.messages_failed);
+  w.Field("background_messages_completed", r.background_messages_completed);
   w.BeginObject("failed_by_status");
   for (const auto& [k, v] : r.failed_by_status) w.Field(k, v);
   w.EndObject();

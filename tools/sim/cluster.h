@@ -7,6 +7,9 @@
 //   permutation    host h -> pi(h), pi a random derangement drawn from the seed, the same each step
 //   incast         hosts 1..incast_degree -> host 0
 //   alltoall       every host -> every other host
+//   (with background_incast = N: besides the workload, the last N hosts keep writing
+//   message_bytes to host 0 without pause until the workload ends; their messages are not part
+//   of the steps, the ideal or the flows' figures: the workload's flows are the victims)
 //   allreduce-ring a ring all-reduce of message_bytes per host: 2(H-1) steps in which host h sends
 //                  message_bytes / H to host h+1 (reduce-scatter, then all-gather); `steps` counts
 //                  whole all-reduces
@@ -57,6 +60,7 @@ struct ClusterConfig {
   uint64_t message_bytes = 1u << 20;
   uint32_t steps = 1;
   uint32_t incast_degree = 8;
+  uint32_t background_incast = 0;  // senders of a background incast into host 0 (0: none)
 
   uint64_t seed = 1;
   Duration duration_cap = std::chrono::seconds(10);  // simulated
@@ -85,6 +89,7 @@ struct ClusterResult {
   uint64_t messages_completed = 0;
   uint64_t messages_failed = 0;
   std::map<std::string, uint64_t> failed_by_status;
+  uint64_t background_messages_completed = 0;
   uint64_t bytes_verified = 0;
   uint64_t data_errors = 0;
   std::map<std::string, uint64_t> data_errors_by_kind;

@@ -138,6 +138,33 @@ TEST(Cluster_Faults, MetaRoceSurvivesASpineDyingMidRun) {
   EXPECT_GT(r->port_rotations, 0u);
 }
 
+// An incast into host 0 beside a permutation on a lossless fabric: the pauses it causes hold the
+// permutation's flows (victims, most of them not going to host 0), whose steps take longer than
+// without it; the incast itself keeps going until the permutation ends and is not in its figures.
+TEST(Cluster_Lossless, ABackgroundIncastSlowsTheWorkloadsFlows) {
+  auto run = [](uint32_t background) {
+    ClusterConfig c = Small(Workload::kPermutation);
+    c.fabric.lossless = true;
+    c.fabric.pfc_xoff_bytes = 32 * 1024;
+    c.fabric.pfc_xon_bytes = 16 * 1024;
+    c.message_bytes = 256 * 1024;
+    c.background_incast = background;
+    absl::StatusOr<ClusterResult> r = RunCluster(c);
+    EXPECT_TRUE(r.ok());
+    return *r;
+  };
+  const ClusterResult alone = run(0);
+  const ClusterResult beside = run(4);
+  EXPECT_EQ(alone.background_messages_completed, 0u);
+  EXPECT_GT(beside.background_messages_completed, 0u);
+  EXPECT_EQ(beside.messages_completed, 16u);
+  EXPECT_EQ(beside.data_errors, 0u);
+  EXPECT_EQ(beside.ideal_us, alone.ideal_us);  // the ideal is the workload's alone
+  EXPECT_GT(beside.fabric.pauses, alone.fabric.pauses);
+  EXPECT_GT(beside.step_p99_us, 1.3 * alone.step_p99_us)
+      << "alone " << alone.step_p99_us << " us, beside an incast " << beside.step_p99_us << " us";
+}
+
 TEST(Cluster_Determinism, SameConfigSameJson) {
   ClusterConfig c = Small(Workload::kPermutation);
   FabricFault loss;
