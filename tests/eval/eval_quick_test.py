@@ -225,14 +225,24 @@ def main():
         run_files = [f for f in os.listdir(runs) if f.endswith(".json")]
         expect(len(run_files) >= 20, "at least 20 raw run files (got %d)" % len(run_files))
         commands = open(os.path.join(runs, "commands.txt")).read()
+        # Section 5's runs (tools/eval/scale) are cluster results with their own command list;
+        # tests/eval/scale_quick_test.py checks them and their report.
+        scale_commands = open(os.path.join(runs, "scale_commands.txt")).read()
         for f in run_files:
             r = json.load(open(os.path.join(runs, f)))
+            if f.startswith("scale_"):
+                expect(r.get("schema") == "mrsim.cluster.v1", "%s is an mrsim cluster result" % f)
+                expect(f[:-5] + ": mrsim " in scale_commands,
+                       "scale_commands.txt has the command of %s" % f)
+                continue
             expect(r.get("schema") == "mrsim.result.v1", "%s is an mrsim result" % f)
             expect(f[:-5] + ": mrsim " in commands, "commands.txt has the command of %s" % f)
             if f.startswith("step_"):
                 st = r.get("step_us")
                 expect(isinstance(st, dict) and st.get("count", 0) > 0 and st["p99"] >= st["p50"],
                        "%s has step_us" % f)
+        expect(summary.get("scale") is not None and "## 5. At scale" in report,
+               "section 5 (scale) is in the report and in summary.json")
         for needed in ("step_metaroce_lossless.json", "step_metaroce_spine_loss_1.json",
                        "step_gbn_spine_loss_1.json", "step_reorder_spine_loss_1.json",
                        "step_metaroce_spine_loss_1_ordered.json", "tel_blackhole.json",
