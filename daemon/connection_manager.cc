@@ -65,6 +65,12 @@ absl::Status CheckPeerIsDaemon(std::span<const std::byte> private_data) {
   return absl::OkStatus();
 }
 
+// A daemon's own connection (conn.add) carries no application's work: nothing in the daemon
+// posts on it; it exists for its paths (probing, rotation, telemetry). Its send and receive
+// queues (the core's and the engine's rings, 1,024 deep by default: 88 KB a connection) are
+// kept short so that an idle one costs what its paths do (issue 12: 4,000 of them per host).
+constexpr uint32_t kDaemonConnectionQueueDepth = 16;
+
 absl::StatusOr<core::TransportProfile> ProfileNamed(std::string_view name) {
   if (name == "metaroce") return core::TransportProfile::MetaRoce();
   if (name == "gbn") return core::TransportProfile::GoBackN();
@@ -230,6 +236,7 @@ absl::StatusOr<Json> ConnectionManager::Add(const Json& params) {
     --adding_;
   };
   o.send_cq = o.recv_cq = cq_.get();
+  o.max_send_queue = o.max_recv_queue = kDaemonConnectionQueueDepth;
   o.path_count = static_cast<uint16_t>(*paths);
   o.profile = *profile;
   o.keep_exchange_socket = true;
@@ -357,6 +364,7 @@ absl::StatusOr<api::ConnectOptions> ConnectionManager::Decide(
         "paths ", request.path_count, " is above max_paths ", options_.limits.max_paths));
   }
   o.send_cq = o.recv_cq = cq_.get();
+  o.max_send_queue = o.max_recv_queue = kDaemonConnectionQueueDepth;
   o.path_count = request.path_count;
   o.profile = request.profile;
   o.ordered_completion = request.ordered_completion;
