@@ -116,6 +116,8 @@ wire::Syndrome Receiver::Check(const wire::Packet& p, std::byte** dst) {
     if (idx >= receives_.size()) return wire::Syndrome::kRnrNak;  // [M5]
     PostedReceive& r = receives_[idx];
     if (r.done) return wire::Syndrome::kInvalidRequestNak;
+    // [M3] one receive, one message: another message naming it is refused.
+    if (r.claimed && r.claimed_by != d.msg_seq) return wire::Syndrome::kInvalidRequestNak;
     if (p.opcode == wire::Opcode::kSend || p.opcode == wire::Opcode::kSendImm) {
       if (d.msg_len > r.wr.local.length) {
         // [M4] too long for the receive: it completes with LOC_LEN_ERR, the requester is told.
@@ -131,6 +133,8 @@ wire::Syndrome Receiver::Check(const wire::Packet& p, std::byte** dst) {
       }
       target = r.buf == nullptr ? nullptr : r.buf + d.offset;
     }
+    r.claimed = true;
+    r.claimed_by = d.msg_seq;
   }
   *dst = target;
   return wire::Syndrome::kAck;
@@ -251,8 +255,11 @@ void Receiver::CompleteMessage(uint32_t msg_seq) {
   auto it = inbound_.find(msg_seq);
   const InboundMessage& m = it->second;
   ++conn_.counters_.messages_received;
-  if (wire::ConsumesReceive(m.opcode)) {
-    const uint32_t idx = m.recv_seq - recv_base_;
+  // The receive is the one this message claimed ([M3]: no other message can complete it), so it
+  // is still posted and not done; checked anyway, as memory safety must not rest on that.
+  const uint32_t idx = m.recv_seq - recv_base_;
+  if (wire::ConsumesReceive(m.opcode) && !SeqLess(m.recv_seq, recv_base_) &&
+      idx < receives_.size() && !receives_[idx].done) {
     Completion c;
     c.wr_id = receives_[idx].wr.wr_id;
     c.status = WcStatus::kSuccess;

@@ -57,6 +57,8 @@ struct PostedReceive {
   RecvWorkRequest wr;
   std::byte* buf = nullptr;
   bool done = false;
+  bool claimed = false;     // [M3] a message named it and passed the checks
+  uint32_t claimed_by = 0;  // ... that message's msg_seq
   Completion completion;
 };
 

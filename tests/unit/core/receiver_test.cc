@@ -601,5 +601,36 @@ TEST(Receiver_ReorderBuffer, HoldsOutOfOrderPlacesWhenTheGapFillsDropsWhenFull) 
   EXPECT_EQ(r.conn.counters().messages_received, 1u);
 }
 
+// [M3] one receive, one message. A peer names receive 0 in two messages; the second arrives
+// while the first waits in the reorder buffer. Before the rule, both were accepted: the first
+// completed the receive, then the second was drained, completed and indexed a receive that was no
+// longer posted (found by the connection fuzzer: a hostile peer could crash the responder).
+TEST(Receiver_ReorderBuffer, AReceiveClaimedByOneMessageIsRefusedToAnother) {
+  ConnectionConfig c = ResponderConfig();
+  c.profile = TransportProfile::ReorderBuffer(8 * kMtu);
+  Responder r(c);
+  RecvWorkRequest recv{77, {r.region.addr, 4 * kMtu, r.region.lkey}};
+  ASSERT_TRUE(r.conn.PostRecv(At(0 * kUs), recv).ok());
+  wire::Packet a1 = r.Data(wire::Opcode::kSend, 0, 1, 0, kMtu, 2 * kMtu);  // message 0, 2nd half
+  r.Feed(At(0 * kUs), a1);  // out of order: held, receive 0 claimed by message 0
+  wire::Packet b = r.Data(wire::Opcode::kSend, 1, 0, 1, 0, 100, wire::flags::kAckRequest);
+  r.Feed(At(0 * kUs), b);  // message 1 names receive 0 too
+  std::vector<std::string> log = r.Log();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1], "path 1 INV_REQ_NAK cum 0 ack_psn 0");
+  // Message 0 completes the receive once; nothing of message 1 is placed or completed.
+  r.Feed(At(1 * kUs), r.Data(wire::Opcode::kSend, 0, 0, 0, 0, 2 * kMtu, wire::flags::kAckRequest));
+  const std::vector<Completion> done = r.Completions();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].wr_id, 77u);
+  EXPECT_EQ(done[0].byte_len, 2 * kMtu);
+  EXPECT_TRUE(r.Placed(0, 0, 2 * kMtu));
+  EXPECT_EQ(r.conn.counters().messages_received, 1u);
+  // Its retransmission is refused again and completes nothing.
+  r.Feed(At(2 * kUs), r.Data(wire::Opcode::kSend, 1, 0, 1, 0, 100,
+                             wire::flags::kAckRequest | wire::flags::kRetransmit));
+  EXPECT_TRUE(r.Completions().empty());
+}
+
 }  // namespace
 }  // namespace metaroce::core
