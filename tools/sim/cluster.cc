@@ -601,22 +601,11 @@ void Cluster::Progress(bool last) {
 }
 
 void Cluster::Run() {
-  const Instant cap = Instant{0} + config_.duration_cap;
-  result_.stop_reason = "idle";
-  while (!done_) {
-    if (queue_.empty()) break;
-    if (queue_.NextTime() > cap) {
-      result_.stop_reason = "duration_cap";
-      break;
-    }
-    if (queue_.executed() >= config_.max_events) {
-      result_.stop_reason = "event_cap";
-      break;
-    }
-    queue_.RunNext();
-    if (config_.progress && (queue_.executed() & 0xffff) == 0) Progress(false);
-  }
-  if (done_) result_.stop_reason = "done";
+  result_.stop_reason = std::string(queue_.RunUntil(
+      Instant{0} + config_.duration_cap, config_.max_events, [this] { return done_; },
+      [this] {
+        if (config_.progress && (queue_.executed() & 0xffff) == 0) Progress(false);
+      }));
   if (config_.progress) Progress(true);
 }
 

@@ -28,4 +28,17 @@ bool EventQueue::RunNext() {
   return true;
 }
 
+std::string_view EventQueue::RunUntil(Instant cap, uint64_t max_events,
+                                      const std::function<bool()>& done,
+                                      const std::function<void()>& after_each) {
+  for (;;) {
+    if (done()) return "done";
+    if (empty()) return "idle";
+    if (NextTime() > cap) return "duration_cap";
+    if (executed_ >= max_events) return "event_cap";
+    RunNext();
+    if (after_each) after_each();
+  }
+}
+
 }  // namespace metaroce::sim

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string_view>
 #include <vector>
 
 #include "lib/core/types.h"
@@ -28,6 +29,11 @@ class EventQueue {
 
   // Advances now() to the earliest event and runs it. Returns false (and does nothing) when empty.
   bool RunNext();
+  // Runs events until `done()` holds (checked before each), the queue is empty, the next event is
+  // after `cap`, or `max_events` have run in all; returns which: "done", "idle",
+  // "duration_cap" or "event_cap". `after_each`, if given, runs after every event.
+  std::string_view RunUntil(Instant cap, uint64_t max_events, const std::function<bool()>& done,
+                            const std::function<void()>& after_each = {});
   // Time of the earliest pending event, or kNever when empty.
   Instant NextTime() const { return heap_.empty() ? core::kNever : heap_.front().at; }
 

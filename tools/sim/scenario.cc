@@ -288,6 +288,7 @@ class Simulation {
   std::vector<int64_t> step_ns_;
 
   uint64_t outstanding_total_ = 0;
+  uint64_t posting_conns_ = 0;  // connections neither stopped nor done posting their messages
   uint64_t core_heap_bytes_ = 0;  // taken by CreateConnection, both hosts
   uint64_t succeeded_awaiting_receive_ = 0;
   Instant last_completion_;
@@ -412,6 +413,7 @@ absl::Status Simulation::Setup() {
     cs.total_messages =
         c < total_messages_ ? (total_messages_ - c + config_.connections - 1) / config_.connections
                             : 0;
+    if (cs.total_messages > 0) ++posting_conns_;
   }
 
   if (config_.UsesReceives()) {
@@ -475,6 +477,7 @@ void Simulation::PostMoreMessages(uint32_t c) {
         result_.first_post_refusal = std::string(posted.message());
       }
       cs.stopped = true;
+      --posting_conns_;
       return;
     }
     MessageState& m = messages_[k];
@@ -482,7 +485,7 @@ void Simulation::PostMoreMessages(uint32_t c) {
     m.slot = slot;
     m.posted_at = queue_.now();
     cs.slot_owner[slot] = k;
-    ++cs.next_local_index;
+    if (++cs.next_local_index == cs.total_messages) --posting_conns_;
     ++cs.outstanding;
     ++outstanding_total_;
     ++result_.messages_posted;
@@ -813,34 +816,13 @@ void Simulation::TakeSample() {
 }
 
 bool Simulation::WorkloadDone() const {
-  if (outstanding_total_ > 0 || succeeded_awaiting_receive_ > 0) return false;
-  for (const ConnectionState& cs : conns_) {
-    if (!cs.stopped && cs.next_local_index < cs.total_messages) return false;
-  }
-  return true;
+  // Checked before every event: counters, not a walk over the connections.
+  return outstanding_total_ == 0 && succeeded_awaiting_receive_ == 0 && posting_conns_ == 0;
 }
 
 void Simulation::Run() {
-  const Instant cap = Instant{0} + config_.duration_cap;
-  for (;;) {
-    if (WorkloadDone()) {
-      result_.stop_reason = "done";
-      break;
-    }
-    if (queue_.empty()) {
-      result_.stop_reason = "idle";
-      break;
-    }
-    if (queue_.NextTime() > cap) {
-      result_.stop_reason = "duration_cap";
-      break;
-    }
-    if (queue_.executed() >= config_.max_events) {
-      result_.stop_reason = "event_cap";
-      break;
-    }
-    queue_.RunNext();
-  }
+  result_.stop_reason = std::string(queue_.RunUntil(
+      Instant{0} + config_.duration_cap, config_.max_events, [this] { return WorkloadDone(); }));
 }
 
 ScenarioResult Simulation::Finish() {

@@ -62,5 +62,42 @@ TEST(EventQueue_Empty, RunNextReturnsFalse) {
   EXPECT_TRUE(q.empty());
 }
 
+TEST(EventQueue_RunUntil, StopsForTheFirstReasonThatHolds) {
+  // An event every 10 ns forever (each schedules the next).
+  struct Tick {
+    EventQueue* q;
+    void operator()() const { q->ScheduleAfter(Duration(10), *this); }
+  };
+  auto ticking = [](EventQueue& q) {
+    q.Schedule(Instant{0}, Tick{&q});
+    return 0;
+  };
+  {
+    EventQueue q;
+    auto keep = ticking(q);
+    int after = 0;
+    EXPECT_EQ(q.RunUntil(Instant{1000}, 1'000'000, [&] { return q.now().ns >= 300; },
+                         [&] { ++after; }),
+              "done");
+    EXPECT_EQ(q.now().ns, 300);
+    EXPECT_EQ(after, 31);  // events at 0, 10, ..., 300
+  }
+  {
+    EventQueue q;
+    auto keep = ticking(q);
+    EXPECT_EQ(q.RunUntil(Instant{95}, 1'000'000, [] { return false; }), "duration_cap");
+    EXPECT_EQ(q.now().ns, 90);
+  }
+  {
+    EventQueue q;
+    auto keep = ticking(q);
+    EXPECT_EQ(q.RunUntil(Instant{1'000'000}, 5, [] { return false; }), "event_cap");
+    EXPECT_EQ(q.executed(), 5u);
+  }
+  EventQueue q;
+  q.Schedule(Instant{3}, [] {});
+  EXPECT_EQ(q.RunUntil(Instant{1'000'000}, 5, [] { return false; }), "idle");
+}
+
 }  // namespace
 }  // namespace metaroce::sim
