@@ -99,16 +99,35 @@ Fabric::SendResult Fabric::Send(Direction direction, const core::TxMeta& meta,
   result.physical_path = PhysicalPathFor(meta.src_port, meta.dst_port);
   Link& link = links_[result.physical_path][static_cast<size_t>(direction)];
   result.transmission = link.Send(queue_.now(), WireBytes(udp_payload.size()));
-  if (result.transmission.drop != DropCause::kNone) return result;
+  if (result.transmission.drop != DropCause::kNone) {
+    Recycle(std::move(udp_payload));
+    return result;
+  }
 
   Datagram datagram;
   datagram.direction = direction;
   datagram.physical_path = result.physical_path;
   datagram.meta = core::RxMeta{meta.src_port, meta.dst_port, meta.plane, result.transmission.ce};
   datagram.bytes = std::move(udp_payload);
-  queue_.Schedule(result.transmission.arrival,
-                  [this, d = std::move(datagram)]() mutable { deliver_(d); });
+  queue_.Schedule(result.transmission.arrival, [this, d = std::move(datagram)]() mutable {
+    deliver_(d);
+    Recycle(std::move(d.bytes));
+  });
   return result;
+}
+
+void Fabric::Recycle(std::vector<std::byte>&& bytes) {
+  constexpr size_t kMaxSpare = 1 << 16;
+  if (bytes.capacity() == 0 || spare_buffers_.size() >= kMaxSpare) return;
+  bytes.clear();
+  spare_buffers_.push_back(std::move(bytes));
+}
+
+std::vector<std::byte> Fabric::TakeBuffer() {
+  if (spare_buffers_.empty()) return {};
+  std::vector<std::byte> b = std::move(spare_buffers_.back());
+  spare_buffers_.pop_back();
+  return b;
 }
 
 }  // namespace metaroce::sim

@@ -510,9 +510,10 @@ void Simulation::PostReceive(uint32_t c, uint32_t slot) {
 void Simulation::OnTransmit(Direction direction, const core::TxMeta& meta,
                             std::span<const std::byte> headers,
                             std::span<const std::byte> payload) {
-  std::vector<std::byte> bytes(headers.size() + payload.size());
-  if (!headers.empty()) std::memcpy(bytes.data(), headers.data(), headers.size());
-  if (!payload.empty()) std::memcpy(bytes.data() + headers.size(), payload.data(), payload.size());
+  std::vector<std::byte> bytes = fabric_.TakeBuffer();
+  bytes.reserve(headers.size() + payload.size());
+  bytes.insert(bytes.end(), headers.begin(), headers.end());
+  bytes.insert(bytes.end(), payload.begin(), payload.end());
 
   const wire::ParseResult parsed = wire::Parse(bytes);
   const bool is_data = parsed.ok() && wire::IsData(parsed.packet.opcode);
