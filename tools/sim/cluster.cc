@@ -268,13 +268,7 @@ absl::Status Cluster::Setup() {
         base.initial_ports.push_back(
             static_cast<uint16_t>(kFirstPort + (first_port + i) % kPortSpan));
       }
-      switch (config_.transport) {
-        case TransportKind::kMetaRoce: base.profile = core::TransportProfile::MetaRoce(); break;
-        case TransportKind::kGoBackN: base.profile = core::TransportProfile::GoBackN(); break;
-        case TransportKind::kReorderBuffer:
-          base.profile = core::TransportProfile::ReorderBuffer(config_.reorder_buffer_kb * 1024);
-          break;
-      }
+      base.profile = ProfileOf(config_.transport, config_.reorder_buffer_kb);
       base.mtu = config_.mtu;
       core::ConnectionConfig on_req = base, on_resp = base;
       on_req.local_conn_id = static_cast<uint32_t>(hosts_[src].conn_of_local_id.size() + 1);

@@ -23,6 +23,16 @@
 
 namespace metaroce::sim {
 
+core::TransportProfile ProfileOf(TransportKind t, uint32_t reorder_buffer_kb) {
+  switch (t) {
+    case TransportKind::kMetaRoce: return core::TransportProfile::MetaRoce();
+    case TransportKind::kGoBackN: return core::TransportProfile::GoBackN();
+    case TransportKind::kReorderBuffer:
+      return core::TransportProfile::ReorderBuffer(reorder_buffer_kb * 1024);
+  }
+  return core::TransportProfile::MetaRoce();
+}
+
 std::string_view TransportName(TransportKind t) {
   switch (t) {
     case TransportKind::kMetaRoce: return "metaroce";
@@ -359,13 +369,7 @@ absl::Status Simulation::Setup() {
       base.initial_ports.push_back(static_cast<uint16_t>(
           port_base + (uint64_t{c} * logical_paths + i) % port_span));
     }
-    switch (config_.transport) {
-      case TransportKind::kMetaRoce: base.profile = core::TransportProfile::MetaRoce(); break;
-      case TransportKind::kGoBackN: base.profile = core::TransportProfile::GoBackN(); break;
-      case TransportKind::kReorderBuffer:
-        base.profile = core::TransportProfile::ReorderBuffer(config_.reorder_buffer_kb * 1024);
-        break;
-    }
+    base.profile = ProfileOf(config_.transport, config_.reorder_buffer_kb);
     base.mtu = config_.mtu;
     base.ordered_completion = config_.ordered_completion;
     base.max_send_queue = std::max<uint32_t>(base.max_send_queue, config_.depth);

@@ -58,6 +58,8 @@ enum class TransportKind : uint8_t { kMetaRoce, kGoBackN, kReorderBuffer };
 enum class Operation : uint8_t { kWrite, kSend, kWriteImm };
 
 std::string_view TransportName(TransportKind t);  // "metaroce", "gbn", "reorder"
+// The core's profile for a transport (the reorder buffer sized reorder_buffer_kb KiB).
+core::TransportProfile ProfileOf(TransportKind t, uint32_t reorder_buffer_kb);
 std::string_view OperationName(Operation op);     // "write", "send", "write_imm"
 
 struct SlowPath {
