@@ -383,7 +383,9 @@ TEST(Scenario_Report, MeasurementsOnlyWhenAskedFor) {
                           "\"core_heap_bytes_per_connection\""}) {
     EXPECT_THAT(json, ::testing::HasSubstr(key));
   }
+#if !defined(__SANITIZE_ADDRESS__)  // ASan's malloc is not counted by glibc's mallinfo2
   EXPECT_GT(measured->core_heap_bytes_per_connection, 0u);
+#endif
 }
 
 TEST(Scenario_Report, JsonCarriesHeadlineFields) {
