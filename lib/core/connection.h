@@ -66,7 +66,6 @@ class ConnectionObserver {
   }
 };
 
-
 // Counters of one connection (both directions). Names follow Soft-RoCE's where they mean the same.
 struct ConnectionCounters {
   uint64_t sent_pkts = 0;            // data packets sent, retransmissions included

@@ -13,10 +13,9 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
-
-#include <functional>
 #include <vector>
 
 #include "absl/container/btree_map.h"

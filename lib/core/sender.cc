@@ -521,9 +521,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   for (uint32_t k = 0; k < hi; ++k) {
     if (!ack.ack.sack.Test(k)) continue;
     const uint32_t psn = cum + 1 + k;
-    if (SeqLessEq(path.snd_una, psn) && SeqLess(psn, path.next_psn)) {
-      AckPsn(now, path, psn, ack, t);
-    }
+    if (path.IsOutstanding(psn)) AckPsn(now, path, psn, ack, t);
   }
   AdvanceUna(path);
 

@@ -4,7 +4,6 @@
 // below cite its rules as [R#].
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <deque>
 #include <optional>

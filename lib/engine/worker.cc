@@ -421,9 +421,9 @@ void Worker::DeliverReadyCompletions() {
   ready_.clear();
   endpoint_.TakeReady(&ready_);
   // Held back by a full ring before: tried again first (the application may have polled).
-  std::vector<uint32_t> retry;
-  retry.swap(completions_pending_);
-  for (uint32_t id : retry) {
+  pending_retry_.clear();
+  pending_retry_.swap(completions_pending_);
+  for (uint32_t id : pending_retry_) {
     auto it = owned_.find(id);
     if (it != owned_.end()) DeliverCompletions(it->second);
   }
@@ -437,14 +437,12 @@ void Worker::DeliverCompletions(OwnedConnection& oc) {
   ConnectionChannel& ch = *oc.channel;
   auto& send_ring = ch.send_cq().ring(options_.id);
   auto& recv_ring = ch.recv_cq().ring(options_.id);
-  oc.completions_pending = false;
   while (true) {
     // Take from the core only what certainly fits: a completion left in the core is kept, one
     // taken out must not be dropped.
     size_t room = std::min(send_ring.FreeApprox(), recv_ring.FreeApprox());
     room = std::min(room, completion_buf_.size());
     if (room == 0) {
-      oc.completions_pending = true;
       if (std::find(completions_pending_.begin(), completions_pending_.end(),
                     oc.conn->local_id()) == completions_pending_.end()) {
         completions_pending_.push_back(oc.conn->local_id());

@@ -209,7 +209,6 @@ class Worker {
     PeerRoute route;
     bool send_blocked = false;         // the core's send queue was full at the last attempt
     bool recv_blocked = false;
-    bool completions_pending = false;  // a completion ring was full
     bool observed = false;             // path events are copied to observed_events_
     PublishedState published;
   };
@@ -263,9 +262,10 @@ class Worker {
   absl::flat_hash_map<uint32_t, OwnedConnection> owned_;
   // Connections whose completions or events are delivered this iteration: those the endpoint
   // lists as having output (Endpoint::TakeReady), and those a full ring held back before
-  // (completions_pending, ids). Nothing walks owned_ to find them.
+  // (completions_pending_, ids). Nothing walks owned_ to find them.
   std::vector<core::Connection*> ready_;
   std::vector<uint32_t> completions_pending_;
+  std::vector<uint32_t> pending_retry_;  // DeliverReadyCompletions' scratch (keeps its capacity)
   std::vector<std::deque<BacklogPacket>> backlog_;   // per plane
   std::deque<BacklogPacket> held_acks_;               // defer_receive_acks, oldest first
   bool holding_acks_ = false;                         // in the receive phase of RunOnce()

@@ -125,6 +125,16 @@ absl::StatusOr<bool> ParseBool(absl::string_view flag, absl::string_view v) {
   return BadValue(flag, v, "true or false");
 }
 
+// A boolean flag stored through `apply`.
+Setter BoolSetter(absl::string_view flag, std::function<void(bool, CommandLine&)> apply) {
+  return [flag, apply](absl::string_view v, CommandLine& out) -> absl::Status {
+    absl::StatusOr<bool> b = ParseBool(flag, v);
+    if (!b.ok()) return b.status();
+    apply(*b, out);
+    return absl::OkStatus();
+  };
+}
+
 const std::vector<FlagSpec>& Flags() {
   static const std::vector<FlagSpec> flags = {
       {"topology", "pair", "the two-host model (default); leaf-spine: the cluster model (its "
@@ -175,12 +185,7 @@ const std::vector<FlagSpec>& Flags() {
          return absl::OkStatus();
        }},
       {"ordered", "", "ordered completion",
-       [](absl::string_view v, CommandLine& out) -> absl::Status {
-         absl::StatusOr<bool> b = ParseBool("ordered", v);
-         if (!b.ok()) return b.status();
-         out.config.ordered_completion = *b;
-         return absl::OkStatus();
-       }},
+       BoolSetter("ordered", [](bool b, CommandLine& out) { out.config.ordered_completion = b; })},
       {"reorder-buffer-kb", "KIB", "reorder transport: responder buffer (default 1024)",
        UnsignedSetter("reorder-buffer-kb", &ScenarioConfig::reorder_buffer_kb)},
       {"mtu", "BYTES", "payload bytes per data packet (default 4096)",
@@ -188,21 +193,11 @@ const std::vector<FlagSpec>& Flags() {
       {"seed", "S", "seed of every random choice (default 1)",
        UnsignedSetter("seed", &ScenarioConfig::seed)},
       {"json", "", "print the result as one JSON object",
-       [](absl::string_view v, CommandLine& out) -> absl::Status {
-         absl::StatusOr<bool> b = ParseBool("json", v);
-         if (!b.ok()) return b.status();
-         out.json = *b;
-         return absl::OkStatus();
-       }},
+       BoolSetter("json", [](bool b, CommandLine& out) { out.json = b; })},
       {"measure", "", "add measurements of the run to the result: wall-clock seconds of setup "
                       "and run, events per second, core heap per connection (they vary from "
                       "run to run)",
-       [](absl::string_view v, CommandLine& out) -> absl::Status {
-         absl::StatusOr<bool> b = ParseBool("measure", v);
-         if (!b.ok()) return b.status();
-         out.config.measure = *b;
-         return absl::OkStatus();
-       }},
+       BoolSetter("measure", [](bool b, CommandLine& out) { out.config.measure = b; })},
       {"rate-gbps", "GBPS", "line rate of every link (default 100)",
        RealSetter("rate-gbps", [](double x, CommandLine& out) { out.config.rate_gbps = x; })},
       {"slow", "P:GBPS[,...]", "override the rate of path P (both directions)",
@@ -367,15 +362,6 @@ Setter ClusterUnsigned(absl::string_view flag, uint64_t max,
                        std::function<void(uint64_t, ClusterConfig&)> apply) {
   return UnsignedInto(flag, max,
                       [apply](uint64_t n, CommandLine& out) { apply(n, out.cluster_config); });
-}
-
-Setter BoolSetter(absl::string_view flag, std::function<void(bool, CommandLine&)> apply) {
-  return [flag, apply](absl::string_view v, CommandLine& out) -> absl::Status {
-    absl::StatusOr<bool> b = ParseBool(flag, v);
-    if (!b.ok()) return b.status();
-    apply(*b, out);
-    return absl::OkStatus();
-  };
 }
 
 const std::vector<FlagSpec>& ClusterFlags() {

@@ -1,7 +1,5 @@
 #include "tools/sim/cluster.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -38,11 +36,6 @@ constexpr uint32_t kPortSpan = 16384;
 constexpr uint8_t kNoPlane = 0xff;
 constexpr size_t kGuardBytes = 4096;  // around the scratch region: a write outside it shows
 constexpr std::byte kGuardByte{0x5a};
-
-size_t HeapInUse() {
-  const struct mallinfo2 m = mallinfo2();
-  return m.uordblks + m.hblkhd;
-}
 
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -100,6 +93,7 @@ class Cluster {
   struct Message {
     uint64_t size = 0;
     uint64_t placed = 0;
+    std::vector<uint64_t> got;  // bit per MTU-sized piece placed: each exactly once
   };
 
   static uint64_t Key(uint32_t conn, uint32_t msg_seq) {
@@ -177,22 +171,15 @@ absl::Status Cluster::Setup() {
   switch (config_.workload) {
     case Workload::kPair: pairs.push_back({0, 1}); break;
     case Workload::kPermutation: {
-      // A random derangement: shuffle until no host maps to itself (Sattolo's algorithm gives a
-      // single cycle, which every host leaving its leaf would make too regular).
+      // A random permutation (Fisher-Yates), then each host that maps to itself swaps targets
+      // with the next host: pi[h] == h means pi[h+1] != h, so after the swap neither is fixed,
+      // and later positions are untouched. A derangement, in one pass.
       std::vector<uint32_t> pi(H);
       for (uint32_t h = 0; h < H; ++h) pi[h] = h;
       Xoshiro256 rng(DeriveSeed(config_.seed, kPermutationStream));
-      for (int attempt = 0;; ++attempt) {
-        for (uint32_t i = H - 1; i > 0; --i) std::swap(pi[i], pi[rng.Next() % (i + 1)]);
-        bool fixed = false;
-        for (uint32_t h = 0; h < H && !fixed; ++h) fixed = pi[h] == h;
-        if (!fixed) break;
-        if (attempt > 1000) {  // a swap of fixed points with neighbours ends it
-          for (uint32_t h = 0; h < H; ++h) {
-            if (pi[h] == h) std::swap(pi[h], pi[(h + 1) % H]);
-          }
-          break;
-        }
+      for (uint32_t i = H - 1; i > 0; --i) std::swap(pi[i], pi[rng.Next() % (i + 1)]);
+      for (uint32_t h = 0; h < H; ++h) {
+        if (pi[h] == h) std::swap(pi[h], pi[(h + 1) % H]);
       }
       for (uint32_t h = 0; h < H; ++h) pairs.push_back({h, pi[h]});
       break;
@@ -279,12 +266,12 @@ absl::Status Cluster::Setup() {
       on_req.rx_token = on_resp.tx_token = DeriveSeed(config_.seed, kTokenStream, index, 1);
       on_req.seed = DeriveSeed(config_.seed, kConnSeedStream, index, 0);
       on_resp.seed = DeriveSeed(config_.seed, kConnSeedStream, index, 1);
-      const size_t before = config_.measure ? HeapInUse() : 0;
+      const size_t before = config_.measure ? HeapInUseBytes() : 0;
       auto req = hosts_[src].endpoint->CreateConnection(on_req);
       if (!req.ok()) return req.status();
       auto resp = hosts_[dst].endpoint->CreateConnection(on_resp);
       if (!resp.ok()) return resp.status();
-      if (config_.measure) heap_bytes_ += HeapInUse() - before;
+      if (config_.measure) heap_bytes_ += HeapInUseBytes() - before;
       conn.req = *req;
       conn.resp = *resp;
       hosts_[src].conn_of_local_id.push_back(index);
@@ -390,16 +377,20 @@ void Cluster::OnPlaced(uint32_t host, core::Connection& c, uint32_t msg_seq, uin
     return;
   }
   Message& m = it->second;
-  if (uint64_t{offset} + placed.size() > m.size) {
-    DataError("placement_beyond_message");
+  if (uint64_t{offset} + placed.size() > m.size || offset % config_.mtu != 0) {
+    DataError("placement_outside_message");
     return;
   }
   if (std::memcmp(placed.data(), pattern_.data() + SourceOffset(conn, msg_seq) + offset,
                   placed.size()) != 0) {
     DataError("wrong_bytes");
   }
+  const uint32_t piece = offset / config_.mtu;
+  uint64_t& word = m.got[piece / 64];
+  const uint64_t bit = uint64_t{1} << (piece % 64);
+  if (word & bit) DataError("placed_twice");
+  word |= bit;
   m.placed += placed.size();
-  if (m.placed > m.size) DataError("placed_twice");
   result_.bytes_verified += placed.size();
 }
 
@@ -470,7 +461,8 @@ bool Cluster::PostMessage(uint32_t index, uint64_t size) {
                        static_cast<uint32_t>(size), src.pattern_mr.lkey};
   wr.remote_addr = dst.scratch_mr.addr;
   wr.rkey = dst.scratch_mr.rkey;
-  messages_[Key(index, msg_seq)] = Message{size, 0};
+  const uint64_t pieces = std::max<uint64_t>(1, (size + config_.mtu - 1) / config_.mtu);
+  messages_[Key(index, msg_seq)] = Message{size, 0, std::vector<uint64_t>((pieces + 63) / 64)};
   const absl::Status s = conn.req->PostSend(queue_.now(), wr);
   if (!s.ok()) {
     messages_.erase(Key(index, msg_seq));
@@ -512,14 +504,12 @@ void Cluster::StartStep() {
   std::sort(touched_hosts_.begin(), touched_hosts_.end());
   touched_hosts_.erase(std::unique(touched_hosts_.begin(), touched_hosts_.end()),
                        touched_hosts_.end());
-  const std::vector<uint32_t> hosts = touched_hosts_;
-  for (uint32_t h : hosts) AfterHostEvent(h);
+  for (uint32_t h : touched_hosts_) AfterHostEvent(h);  // (which never starts a step)
   if (step_outstanding_ == 0) EndStep();
 }
 
 void Cluster::OnCompletion(const core::Completion& wc) {
   const uint32_t conn = static_cast<uint32_t>(wc.wr_id >> 32);
-  const uint32_t msg_seq = static_cast<uint32_t>(wc.wr_id);
   if (conn >= conns_.size()) {
     DataError("unknown_completion");
     return;
@@ -529,27 +519,24 @@ void Cluster::OnCompletion(const core::Completion& wc) {
     DataError("duplicate_completion");
     return;
   }
+  const bool success = wc.status == core::WcStatus::kSuccess;
+  // RC: a Write completes once every byte of it was placed, each piece once (OnPlaced).
+  if (success && it->second.placed != it->second.size) DataError("completed_before_placed");
+  const uint64_t size = it->second.size;
+  messages_.erase(it);
   Flow& flow = flows_[conns_[conn].flow];
   if (flow.background) {
-    if (wc.status == core::WcStatus::kSuccess) {
-      ++result_.background_messages_completed;
-      if (it->second.placed != it->second.size) DataError("completed_before_placed");
-    }
-    const uint64_t size = it->second.size;
-    messages_.erase(it);
+    if (success) ++result_.background_messages_completed;
     // On until the workload ends; the host's timer is re-armed by the caller (AfterHostEvent).
-    if (!done_ && wc.status == core::WcStatus::kSuccess) PostMessage(conn, size);
+    if (!done_ && success) PostMessage(conn, size);
     return;
   }
-  if (wc.status == core::WcStatus::kSuccess) {
+  if (success) {
     ++result_.messages_completed;
-    if (it->second.placed != it->second.size) DataError("completed_before_placed");
   } else {
     ++result_.messages_failed;
     ++result_.failed_by_status[std::string(core::StatusName(wc.status))];
   }
-  (void)msg_seq;
-  messages_.erase(it);
   flow.last_completion = std::max(flow.last_completion, queue_.now());
   if (--step_outstanding_ == 0) {
     // The step's end posts the next step's messages: not from within this host's polling loop.

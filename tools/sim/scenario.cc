@@ -23,6 +23,11 @@
 
 namespace metaroce::sim {
 
+size_t HeapInUseBytes() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
 core::TransportProfile ProfileOf(TransportKind t, uint32_t reorder_buffer_kb) {
   switch (t) {
     case TransportKind::kMetaRoce: return core::TransportProfile::MetaRoce();
@@ -56,12 +61,6 @@ namespace {
 constexpr uint64_t kMaxBufferBytes = uint64_t{4} << 30;  // all slots of all connections, per host
 constexpr uint16_t kFirstEphemeralPort = 49152;
 constexpr double kRecoveryFraction = 0.85;
-
-// Bytes of heap in use (small blocks and mmapped ones), by the allocator's count.
-size_t HeapInUse() {
-  const struct mallinfo2 m = mallinfo2();
-  return m.uordblks + m.hblkhd;
-}
 
 // Independent random streams derived from the scenario seed.
 enum Stream : uint64_t {
@@ -384,7 +383,7 @@ absl::Status Simulation::Setup() {
     on_b.rx_token = on_a.tx_token;
     on_b.seed = DeriveSeed(config_.seed, kConnectionSeedStream, c, 1);
 
-    const size_t heap_before = config_.measure ? HeapInUse() : 0;
+    const size_t heap_before = config_.measure ? HeapInUseBytes() : 0;
     auto requester = endpoint_a_->CreateConnection(on_a);
     if (!requester.ok()) {
       return absl::InvalidArgumentError(
@@ -399,7 +398,7 @@ absl::Status Simulation::Setup() {
     }
     cs.requester = *requester;
     cs.responder = *responder;
-    if (config_.measure) core_heap_bytes_ += HeapInUse() - heap_before;
+    if (config_.measure) core_heap_bytes_ += HeapInUseBytes() - heap_before;
 
     cs.source = std::make_unique<GuardedBuffer>(config_.depth * slot_bytes);
     cs.destination = std::make_unique<GuardedBuffer>(config_.depth * slot_bytes);

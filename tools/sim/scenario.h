@@ -60,6 +60,8 @@ enum class Operation : uint8_t { kWrite, kSend, kWriteImm };
 std::string_view TransportName(TransportKind t);  // "metaroce", "gbn", "reorder"
 // The core's profile for a transport (the reorder buffer sized reorder_buffer_kb KiB).
 core::TransportProfile ProfileOf(TransportKind t, uint32_t reorder_buffer_kb);
+// Bytes of heap in use by glibc's count (small blocks and mmapped ones): what `measure` reports.
+size_t HeapInUseBytes();
 std::string_view OperationName(Operation op);     // "write", "send", "write_imm"
 
 struct SlowPath {
