@@ -69,6 +69,7 @@ std::string_view PathEventReasonName(PathEventReason r) {
     case PathEventReason::kProbeReply: return "probe_reply";
     case PathEventReason::kProbeTimeout: return "probe_timeout";
     case PathEventReason::kManual: return "manual";
+    case PathEventReason::kSilence: return "silence";
   }
   return "unknown";
 }

@@ -23,6 +23,7 @@ enum class PathEventReason : uint8_t {
   kProbeReply,            // the probe on a new port was answered
   kProbeTimeout,          // the probe on the new port was not answered: try another port
   kManual,                // RequestRotation() from the caller (operator)
+  kSilence,               // the whole connection silent beyond the recovery cap [R5c]
 };
 std::string_view PathEventReasonName(PathEventReason r);
 

@@ -368,9 +368,16 @@ void Sender::SendProbe(Instant now, SenderPath& path) {
             false, meta.src_port, p.flags);
   ++conn_.counters_.probes_sent;
   // Unanswered probes back off exponentially (a route whose RTT is far above the estimate must
-  // get the time to answer), up to 2^10 probe timeouts.
-  path.next_probe_at =
-      now + path.rtt.ProbeTimeout(cfg_.min_probe_timeout) * (1u << std::min(path.probe_backoff, 10u));
+  // get the time to answer), up to 2^10 probe timeouts; a late reply still counts. [R7] While the
+  // connection is stuck (work waits and no path is Active) only up to 2^2: the search for a live
+  // route must try ports before the connection's verdict, not wait on dead ones (the rotation
+  // bucket still bounds how fast ports change).
+  const bool stuck = !messages_.empty() && std::none_of(paths_.begin(), paths_.end(),
+                                                        [](const SenderPath& p) {
+                                                          return p.state == PathState::kActive;
+                                                        });
+  const uint32_t backoff = std::min(path.probe_backoff, stuck ? 2u : 10u);
+  path.next_probe_at = now + path.rtt.ProbeTimeout(cfg_.min_probe_timeout) * (1u << backoff);
   path.probe_backoff = std::min(path.probe_backoff + 1, 10u);
 }
 
@@ -384,7 +391,7 @@ void Sender::ArmPto(Instant now, SenderPath& path) {
   // (An RTT sample taken across a host stall gives srtt + 4 rttvar of about the stall itself, and
   // with the backoff a lone path's failure came seconds after no_progress_timeout had ended the
   // connection beside idle, working paths.)
-  const Duration cap = cfg_.no_progress_timeout / (2 * cfg_.fail_after_timeouts);  // >= 1
+  const Duration cap = RecoveryCap();
   if (path.overtaken) {  // [R5a] the tail-loss probe is due like any packet on this path
     path.pto_deadline = now + std::min(OvertakenTimeout(path, nullptr), cap);
     return;
@@ -392,6 +399,10 @@ void Sender::ArmPto(Instant now, SenderPath& path) {
   const uint32_t backoff = std::min<uint32_t>(path.timeouts_without_progress, 6);
   path.pto_deadline =
       now + std::min(path.rtt.ProbeTimeout(cfg_.min_probe_timeout) * (1u << backoff), cap);
+}
+
+Duration Sender::RecoveryCap() const {
+  return cfg_.no_progress_timeout / (2 * cfg_.fail_after_timeouts);  // >= 1 ns (config.cc)
 }
 
 uint32_t Sender::FailAfter(const SenderPath& path) const {
@@ -777,12 +788,10 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   // the connection is idle would otherwise keep each other's expiries from counting until the
   // connection itself gave up. Their data goes to the idle paths as hedges [R5b]: if the hedges
   // are acknowledged the connection made progress, and this path's next expiry counts.
-  if (!attributable && !path.overtaken &&
-      std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
-        return &p != &path && Usable(p) && p.outstanding() == 0;
-      })) {
-    Hedge(now, path);
-  }
+  const bool idle_sibling = std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
+    return &p != &path && Usable(p) && p.outstanding() == 0;
+  });
+  if (!attributable && !path.overtaken && idle_sibling) Hedge(now, path);
   path.last_timeout_at = now;
   if (cfg_.profile.recovery == RecoveryPolicy::kGoBackN) {
     path.gbn_resending = true;
@@ -804,13 +813,21 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
       return;
     }
     // The expiry that reaches the failure count fails the path: no tail probe into it.
-    if (cfg_.profile.spray == SprayPolicy::kAllPaths && attributable &&
-        path.attributed_timeouts + 1 >= FailAfter(path)) {
+    // [R5c] ... and so does an unattributed one once the whole connection has been silent for the
+    // recovery cap with nothing idle to ask, one path per cap: every
+    // route of the connection may be dead (all its paths hashed onto one dead link), which no
+    // stall reading can tell apart, and only a new port finds out. A stall pays a bounded price.
+    const bool silence_fails = cfg_.profile.spray == SprayPolicy::kAllPaths && !attributable &&
+                               !idle_sibling && now - last_progress_ >= RecoveryCap() &&
+                               now - last_silence_failure_ >= RecoveryCap();
+    if (silence_fails || (cfg_.profile.spray == SprayPolicy::kAllPaths && attributable &&
+                          path.attributed_timeouts + 1 >= FailAfter(path))) {
       ++path.stats.timeouts;
       if (path.state == PathState::kActive) {
         SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
       }
-      FailPath(now, path, PathEventReason::kFailed);
+      if (silence_fails) last_silence_failure_ = now;
+      FailPath(now, path, silence_fails ? PathEventReason::kSilence : PathEventReason::kFailed);
       return;
     }
     Retransmit(now, path, probe, Why::kTimeout);

@@ -170,6 +170,9 @@ class Sender {
   // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
   void Hedge(Instant now, SenderPath& path);
   Duration OvertakenTimeout(const SenderPath& path, const SenderPath* than) const;
+  // no_progress_timeout / (2 * fail_after_timeouts): the longest PTO, probe interval while work
+  // waits, and connection-wide silence before a path fails for it ([R5], [R5c], [R7]).
+  Duration RecoveryCap() const;
   uint32_t FailAfter(const SenderPath& path) const;  // expiries without progress before failing
   void FailPath(Instant now, SenderPath& path, PathEventReason reason);
   // Rotates now and returns true, or (within the hold-down, or without a token of the rate
@@ -201,6 +204,8 @@ class Sender {
   double rotation_tokens_ = 0;            // [R7] rate limit; full at the first rotation
   Instant rotation_tokens_at_ = kNever;   // last refill (kNever: the bucket is untouched)
   Instant last_progress_{0};
+  // [R5c] the latest failure of a path for the connection's silence as a whole.
+  Instant last_silence_failure_{INT64_MIN / 2};
   std::vector<Instant> plane_progress_;  // [R5a] latest ACK with progress on a path of each plane
   Instant rnr_resume_at_ = kNever;  // earliest end of an RNR pause of some message
   bool failed_ = false;

@@ -678,6 +678,63 @@ TEST(Sender_Health, AConnectionSilentAsAWholeFailsNoPath) {
   for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(r.conn.path_stats(p).state, PathState::kActive);
 }
 
+// [R5c] ... but silence that lasts is not only a stall: every route of the connection may be
+// dead at once (all its paths hashed onto one dead link), and no evidence will ever come. Once
+// the connection has been silent for the recovery cap (no_progress_timeout / (2 x
+// fail_after_timeouts) = 10 ms here), an unattributed expiry fails its path (reason silence),
+// one path per cap; the failed path probes new ports without backing off far (the connection is
+// stuck), and the first port that answers carries the moved data. (Issue 12: cluster property
+// seeds 263, 601, 679, 771, where no_progress_timeout ended connections with a route alive.)
+TEST(Sender_Health, AConnectionSilentForTheRecoveryCapFailsOnePathPerCap) {
+  ConnectionConfig c = RequesterConfig(4);
+  c.min_probe_timeout = std::chrono::milliseconds(1);
+  c.no_progress_timeout = std::chrono::milliseconds(60);  // recovery cap 10 ms
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 4 * kMtu);  // psn 0 on each path
+  for (uint16_t p = 0; p < 4; ++p) r.Feed(At(10 * kUs), Requester::Ack(p, 1, 0));
+  EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
+  r.PostWrite(At(20 * kUs), 2, 4 * kMtu);  // psn 1 on each path, then silence
+  r.Events();
+  r.sink.Clear();
+  r.RunTimersUntil(At(10000 * kUs));  // shorter than the cap: a stall, as before
+  for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(r.conn.path_stats(p).state, PathState::kSuspect);
+
+  // Expiries at 1, 3, 7, 15, 25, 35 ms after 20 us (the backoff meets the 10 ms cap): the first
+  // past the cap fails one path, each later cap one more.
+  r.RunTimersUntil(At(40000 * kUs));
+  std::vector<std::string> failures;
+  std::vector<Instant> probes;
+  for (const PathEvent& e : r.RawEvents()) {
+    if (e.kind == PathEvent::Kind::kStateChange && e.to == PathState::kFailed) {
+      EXPECT_EQ(e.reason, PathEventReason::kSilence);
+      failures.push_back(EventLine(e));
+    }
+  }
+  EXPECT_THAT(failures, ElementsAre("path 0 suspect->failed silence @15020us",
+                                    "path 1 suspect->failed silence @25020us",
+                                    "path 2 suspect->failed silence @35020us"));
+  EXPECT_EQ(r.conn.path_stats(3).state, PathState::kSuspect);
+  // A stuck connection's probes back off to 4 PTOs at most: path 0 (PTO 1 ms after each
+  // rotation) tried its first new port for 1 + 2 + 4 ms and each later one for 3 x 4 ms
+  // (rotations at 15.02, 22.02 and 34.02 ms); backing off on, its third port would come at 78 ms.
+  EXPECT_EQ(r.conn.path_stats(0).rotations, 3u);
+  EXPECT_EQ(r.conn.path_stats(0).state, PathState::kProbing);
+  EXPECT_EQ(r.conn.state(), Connection::State::kReady);
+
+  // Path 1's new port answers: it is Active, and the data of the failed paths goes onto it.
+  r.sink.Clear();
+  r.Feed(At(40000 * kUs), Requester::Ack(1, 2, 2, {}, wire::flags::kProbeReply));
+  EXPECT_EQ(r.conn.path_stats(1).state, PathState::kActive);
+  std::vector<std::string> moved;
+  for (const RecordedPacket& p : r.sink.packets()) {
+    if (p.packet.opcode == wire::Opcode::kWrite) {
+      EXPECT_EQ(p.packet.path_id, 1);
+      moved.push_back(testing::Describe(p.packet));
+    }
+  }
+  EXPECT_THAT(moved, SizeIs(3));  // the data units of paths 0, 1 and 2
+}
+
 // [R5] step 2: two paths behind one dead route while every other path is idle. Each dead path
 // has a sibling with packets outstanding (the other dead one), and nothing makes progress, which
 // reads like a connection silent as a whole; but the idle paths were never asked. The silent
