@@ -281,7 +281,11 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
   }
   if (counts_as_retry && e.counted < 255) ++e.counted;
   e.last_tx_order = ++path.tx_order;
-  if (e.transmissions == 0) e.first_tx_order = e.last_tx_order;
+  if (e.transmissions == 0) {
+    e.first_tx_order = e.last_tx_order;
+  } else if (cfg_.profile.recovery == RecoveryPolicy::kSelective) {
+    path.retransmits.push_back({e.last_tx_order, psn});  // DetectLosses examines it in turn
+  }
   if (e.transmissions < 255) ++e.transmissions;
   e.sent_at = now;
 
@@ -446,7 +450,14 @@ void Sender::AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Pac
 
 void Sender::AdvanceUna(SenderPath& path) {
   while (path.snd_una != path.next_psn && path.at(path.snd_una).acked) ++path.snd_una;
-  if (path.snd_una == path.next_psn) path.ring.Release();
+  if (path.snd_una == path.next_psn) ReleaseIdle(path);
+}
+
+void Sender::ReleaseIdle(SenderPath& path) {
+  path.ring.Release();
+  std::vector<SenderPath::Retransmission>().swap(path.retransmits);
+  path.retransmits_head = 0;
+  path.loss_scan_psn = path.next_psn;
 }
 
 void Sender::MarkDataAcked(Instant now, PacketRef ref) {
@@ -528,12 +539,10 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   const uint32_t inflight_before = path.inflight_bytes;
   AckTally t;
   for (uint32_t psn = path.snd_una; SeqLess(psn, cum); ++psn) AckPsn(now, path, psn, ack, t);
-  const uint32_t hi = ack.ack.sack.HighestPlusOne();
-  for (uint32_t k = 0; k < hi; ++k) {
-    if (!ack.ack.sack.Test(k)) continue;
+  ack.ack.sack.ForEachSet([&](uint32_t k) {
     const uint32_t psn = cum + 1 + k;
     if (path.IsOutstanding(psn)) AckPsn(now, path, psn, ack, t);
-  }
+  });
   AdvanceUna(path);
 
   // ECN echo: the count is cumulative, so an older ACK overtaken by a newer one says nothing.
@@ -577,12 +586,40 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
 void Sender::DetectLosses(Instant now, SenderPath& path) {
   // [R4] a PSN whose latest transmission precedes a transmission known to have arrived is lost:
   // one path is one FIFO route, so it cannot be merely late. Retransmit it now, same path.
-  for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn) && !failed_; ++psn) {
-    SentPacket& e = path.at(psn);
-    if (e.acked || e.last_tx_order >= path.delivered_order || e.rnr_until > now) continue;
+  // Transmissions are examined once each, in the order they were made, up to delivered_order:
+  // a PSN's first transmission at the PSN cursor, a retransmission in `retransmits`. A PSN
+  // waiting for an RNR delay is not lost: its retry is the RNR timer's ([M5]).
+  const auto lost = [&](uint32_t psn, const SentPacket& e) {
     MR_PROBE6(sack_gap, cfg_.local_conn_id, path.id, psn, path.snd_una, path.next_psn,
               e.transmissions);
     Retransmit(now, path, psn, Why::kGap);
+  };
+  if (SeqLess(path.loss_scan_psn, path.snd_una)) path.loss_scan_psn = path.snd_una;
+  while (!failed_ && SeqLess(path.loss_scan_psn, path.next_psn)) {
+    const uint32_t psn = path.loss_scan_psn;
+    const SentPacket& e = path.at(psn);
+    if (e.first_tx_order >= path.delivered_order) break;  // first transmissions go in PSN order
+    ++path.loss_scan_psn;
+    // Sent again since: its latest transmission is in `retransmits`.
+    if (e.transmissions == 1 && !e.acked && e.rnr_until <= now) lost(psn, e);
+  }
+  while (!failed_ && path.retransmits_head < path.retransmits.size()) {
+    const SenderPath::Retransmission r = path.retransmits[path.retransmits_head];
+    if (r.tx_order >= path.delivered_order) break;
+    ++path.retransmits_head;
+    if (!path.IsOutstanding(r.psn)) continue;
+    const SentPacket& e = path.at(r.psn);
+    if (e.acked || e.last_tx_order != r.tx_order || e.rnr_until > now) continue;  // superseded
+    lost(r.psn, e);
+  }
+  if (failed_) return;
+  if (path.retransmits_head == path.retransmits.size()) {
+    path.retransmits.clear();
+    path.retransmits_head = 0;
+  } else if (path.retransmits_head > path.retransmits.size() / 2) {
+    path.retransmits.erase(path.retransmits.begin(),
+                           path.retransmits.begin() + static_cast<ptrdiff_t>(path.retransmits_head));
+    path.retransmits_head = 0;
   }
 }
 
@@ -863,7 +900,7 @@ void Sender::FailPath(Instant now, SenderPath& path, PathEventReason reason) {
   }
   path.inflight_bytes = 0;
   path.snd_una = path.next_psn;
-  path.ring.Release();
+  ReleaseIdle(path);
   path.pto_deadline = kNever;
   path.timeouts_without_progress = path.attributed_timeouts = 0;
   path.overtaken = false;

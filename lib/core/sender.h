@@ -67,6 +67,17 @@ struct SenderPath {
   uint64_t tx_order = 0;                 // transmissions made on this path
   uint64_t delivered_order = 0;          // highest transmission known to have arrived [R4]
   uint64_t ack_request_order = 0;        // last transmission that asked for an ACK as the window filled
+  // [R4] loss detection examines each transmission once, in transmission order: first
+  // transmissions in PSN order (those of PSNs below loss_scan_psn are done) and retransmissions
+  // in the order made (retransmits[retransmits_head..]). Each ACK then costs the losses it
+  // reveals, not a walk of the window. Storage only while retransmissions are outstanding.
+  struct Retransmission {
+    uint64_t tx_order;
+    uint32_t psn;
+  };
+  uint32_t loss_scan_psn = 0;
+  std::vector<Retransmission> retransmits;
+  size_t retransmits_head = 0;
   uint32_t inflight_bytes = 0;
   uint32_t last_ce_count = 0;  // highest cumulative CE count echoed so far
   uint32_t window_hint = 0;
@@ -158,6 +169,8 @@ class Sender {
   void MarkDataAcked(Instant now, PacketRef ref);
   // Moves snd_una past the resolved PSNs at its front; an idle path gives its ring back.
   void AdvanceUna(SenderPath& path);
+  // Nothing outstanding on the path: frees its per-PSN storage (SentRing, retransmissions).
+  void ReleaseIdle(SenderPath& path);
   void CompleteMessage(Instant now, OutboundMessage& m, WcStatus status);
   void RetireAndReport();
   void DetectLosses(Instant now, SenderPath& path);

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -141,6 +142,15 @@ class SackBitmap {
   void ShiftDown(uint32_t n);
   // Index of the highest set bit + 1, or 0 when empty.
   uint32_t HighestPlusOne() const;
+  // Calls f(k) for every set bit k, in increasing order (cost: the set bits, not 256).
+  template <typename F>
+  void ForEachSet(F&& f) const {
+    for (uint32_t w = 0; w < words_.size(); ++w) {
+      for (uint64_t bits = words_[w]; bits != 0; bits &= bits - 1) {
+        f(w * 64 + static_cast<uint32_t>(std::countr_zero(bits)));
+      }
+    }
+  }
   void ToWire(uint8_t out[32]) const;
   static SackBitmap FromWire(const uint8_t in[32]);
   friend bool operator==(const SackBitmap&, const SackBitmap&) = default;

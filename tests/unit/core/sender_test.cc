@@ -28,6 +28,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
+using ::testing::UnorderedElementsAre;
 using ::testing::StartsWith;
 
 constexpr Duration kUs = std::chrono::microseconds(1);
@@ -380,6 +381,30 @@ TEST(Sender_Gap, RetransmitsExactlyTheMissingPsnOnItsPathOnce) {
   r.Feed(At(20 * kUs), Requester::Ack(0, 4, 3));
   EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
   EXPECT_THAT(r.Log(), IsEmpty());
+}
+
+// [R4] A retransmission is a transmission like any other: when a packet sent after it is
+// delivered and it is not, it was lost too, and the PSN is sent a third time. Each
+// transmission is judged once, in the order it was made (the PSN cursor for first
+// transmissions, the retransmission list for the others), so an ACK costs the losses it
+// reveals, not a walk of the window.
+TEST(Sender_Gap, ALostRetransmissionIsDetectedByTheDeliveriesAfterIt) {
+  Requester r(RequesterConfig(1));
+  r.PostWrite(At(0 * kUs), 1, 4 * kMtu);  // psn 0-3 (orders 1-4)
+  r.sink.Clear();
+  r.Feed(At(10 * kUs), Requester::Ack(0, 0, 2, {1, 2}));  // psn 0 missing: resent (order 5)
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024 ACK_REQ RETX"));
+  r.PostWrite(At(11 * kUs), 2, 2 * kMtu);  // psn 4-5 (orders 6-7)
+  r.sink.Clear();
+  r.Feed(At(12 * kUs), Requester::Ack(0, 0, 3, {1, 2, 3}));  // nothing sent after order 5 yet
+  EXPECT_THAT(r.Log(), IsEmpty());
+  r.Feed(At(20 * kUs), Requester::Ack(0, 0, 4, {1, 2, 3, 4}));  // order 6 arrived, 5 did not
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024 ACK_REQ RETX"));
+  r.Feed(At(21 * kUs), Requester::Ack(0, 0, 5, {1, 2, 3, 4, 5}));  // order 7: the third copy
+  EXPECT_THAT(r.Log(), IsEmpty());                                  // (order 8) is not late
+  EXPECT_EQ(r.conn.counters().gap_retransmits, 2u);
+  r.Feed(At(30 * kUs), Requester::Ack(0, 6, 0));
+  EXPECT_THAT(r.CompletedIds(), UnorderedElementsAre(1, 2));
 }
 
 TEST(Sender_Pto, TailLossProbeAtTheComputedTimeWithDoublingBackoff) {
