@@ -195,8 +195,8 @@ const std::vector<FlagSpec>& Flags() {
       {"json", "", "print the result as one JSON object",
        BoolSetter("json", [](bool b, CommandLine& out) { out.json = b; })},
       {"measure", "", "add measurements of the run to the result: wall-clock seconds of setup "
-                      "and run, events per second, core heap per connection (they vary from "
-                      "run to run)",
+                      "and run, CPU seconds of the run, events per wall and per CPU second, core "
+                      "heap per connection (they vary from run to run)",
        BoolSetter("measure", [](bool b, CommandLine& out) { out.config.measure = b; })},
       {"rate-gbps", "GBPS", "line rate of every link (default 100)",
        RealSetter("rate-gbps", [](double x, CommandLine& out) { out.config.rate_gbps = x; })},
@@ -472,7 +472,7 @@ const std::vector<FlagSpec>& ClusterFlags() {
        ClusterUnsigned("max-events", UINT64_MAX, [](uint64_t n, ClusterConfig& c) { c.max_events = n; })},
       {"json", "", "print the result as one JSON object",
        BoolSetter("json", [](bool b, CommandLine& out) { out.json = b; })},
-      {"measure", "", "add wall-clock figures and the core's heap per connection (vary per run)",
+      {"measure", "", "add wall-clock and CPU figures and the core's heap per connection (vary per run)",
        BoolSetter("measure", [](bool b, CommandLine& out) { out.cluster_config.measure = b; })},
       {"quiet", "", "no progress lines on stderr",
        BoolSetter("quiet", [](bool b, CommandLine& out) { out.quiet = b; })},

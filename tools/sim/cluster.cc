@@ -691,12 +691,15 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config) {
   auto cluster = std::make_unique<Cluster>(config);
   if (absl::Status s = cluster->Setup(); !s.ok()) return s;
   const Clock::time_point set_up = Clock::now();
+  const double cpu_before = ProcessCpuSeconds();
   cluster->Run();
+  const double cpu_ran = ProcessCpuSeconds();
   const Clock::time_point ran = Clock::now();
   ClusterResult r = cluster->Finish();
   if (config.measure) {
     r.setup_wall_s = std::chrono::duration<double>(set_up - start).count();
     r.run_wall_s = std::chrono::duration<double>(ran - set_up).count();
+    r.run_cpu_s = cpu_ran - cpu_before;
   }
   return r;
 }
@@ -792,6 +795,8 @@ std::string ClusterResultToJson(const ClusterResult& r) {
     w.Field("setup_wall_s", r.setup_wall_s);
     w.Field("run_wall_s", r.run_wall_s);
     w.Field("events_per_wall_s", r.run_wall_s > 0 ? r.events / r.run_wall_s : 0.0);
+    w.Field("run_cpu_s", r.run_cpu_s);
+    w.Field("events_per_cpu_s", r.run_cpu_s > 0 ? r.events / r.run_cpu_s : 0.0);
     w.Field("core_heap_bytes_per_connection", r.core_heap_bytes_per_connection);
     w.EndObject();
   }

@@ -114,6 +114,7 @@ struct ClusterResult {
   uint64_t timeouts = 0;
   // measure only.
   double setup_wall_s = 0, run_wall_s = 0;
+  double run_cpu_s = 0;  // CPU seconds of the run (ProcessCpuSeconds)
   uint64_t core_heap_bytes_per_connection = 0;
 };
 

@@ -123,6 +123,8 @@ std::string ResultToJson(const ScenarioResult& r) {
     w.Field("setup_wall_s", r.setup_wall_s);
     w.Field("run_wall_s", r.run_wall_s);
     w.Field("events_per_wall_s", r.run_wall_s > 0 ? r.events / r.run_wall_s : 0.0);
+    w.Field("run_cpu_s", r.run_cpu_s);
+    w.Field("events_per_cpu_s", r.run_cpu_s > 0 ? r.events / r.run_cpu_s : 0.0);
     w.Field("core_heap_bytes_per_connection", r.core_heap_bytes_per_connection);
     w.EndObject();
   }

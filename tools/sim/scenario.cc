@@ -1,6 +1,7 @@
 #include "tools/sim/scenario.h"
 
 #include <malloc.h>
+#include <time.h>
 
 #include <algorithm>
 #include <array>
@@ -26,6 +27,12 @@ namespace metaroce::sim {
 size_t HeapInUseBytes() {
   const struct mallinfo2 m = mallinfo2();
   return m.uordblks + m.hblkhd;
+}
+
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
 core::TransportProfile ProfileOf(TransportKind t, uint32_t reorder_buffer_kb) {
@@ -1043,12 +1050,15 @@ absl::StatusOr<ScenarioResult> RunScenario(const ScenarioConfig& config) {
   Simulation simulation(config);
   if (absl::Status ready = simulation.Setup(); !ready.ok()) return ready;
   const Clock::time_point set_up = Clock::now();
+  const double cpu_before = ProcessCpuSeconds();
   simulation.Run();
+  const double cpu_ran = ProcessCpuSeconds();
   const Clock::time_point ran = Clock::now();
   ScenarioResult result = simulation.Finish();
   if (config.measure) {
     result.setup_wall_s = std::chrono::duration<double>(set_up - start).count();
     result.run_wall_s = std::chrono::duration<double>(ran - set_up).count();
+    result.run_cpu_s = cpu_ran - cpu_before;
   }
   return result;
 }

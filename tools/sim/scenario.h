@@ -62,6 +62,9 @@ std::string_view TransportName(TransportKind t);  // "metaroce", "gbn", "reorder
 core::TransportProfile ProfileOf(TransportKind t, uint32_t reorder_buffer_kb);
 // Bytes of heap in use by glibc's count (small blocks and mmapped ones): what `measure` reports.
 size_t HeapInUseBytes();
+// CPU seconds this process has run (user + system): what `measure` reports next to wall time, since
+// on a shared machine wall time also counts the time other processes held the CPU.
+double ProcessCpuSeconds();
 std::string_view OperationName(Operation op);     // "write", "send", "write_imm"
 
 struct SlowPath {
@@ -260,6 +263,7 @@ struct ScenarioResult {
   uint64_t core_heap_bytes_per_connection = 0;
   double setup_wall_s = 0;
   double run_wall_s = 0;
+  double run_cpu_s = 0;  // CPU seconds of the run (ProcessCpuSeconds)
   uint64_t timer_deadline_not_advanced = 0;  // core contract check: NextDeadline() <= now after OnTimer
 };
 

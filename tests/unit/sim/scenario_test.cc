@@ -380,6 +380,7 @@ TEST(Scenario_Report, MeasurementsOnlyWhenAskedFor) {
   EXPECT_THAT(ResultToJson(*plain), ::testing::Not(::testing::HasSubstr("\"measured\"")));
   const std::string json = ResultToJson(*measured);
   for (const char* key : {"\"measured\":{", "\"run_wall_s\"", "\"events_per_wall_s\"",
+                          "\"run_cpu_s\"", "\"events_per_cpu_s\"",
                           "\"core_heap_bytes_per_connection\""}) {
     EXPECT_THAT(json, ::testing::HasSubstr(key));
   }
