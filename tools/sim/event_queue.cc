@@ -1,44 +1,75 @@
 #include "tools/sim/event_queue.h"
 
-#include <algorithm>
 #include <utility>
 
 namespace metaroce::sim {
 
-uint64_t EventQueue::Schedule(Instant at, Callback fn) {
-  if (at < now_) {
-    at = now_;
-    ++clamped_;
+EventQueue::~EventQueue() {
+  for (const Key& key : heap_) {
+    Slot& slot = SlotAt(key.slot);
+    slot.op(slot, /*run=*/false);
   }
-  const uint64_t seq = next_seq_++;
-  heap_.push_back(Event{at, seq, std::move(fn)});
-  std::push_heap(heap_.begin(), heap_.end(), RunsAfter);
-  return seq;
+}
+
+uint32_t EventQueue::TakeSlot() {
+  if (!free_slots_.empty()) {
+    const uint32_t index = free_slots_.back();
+    free_slots_.pop_back();
+    return index;
+  }
+  if ((slots_made_ >> kBlockBits) == blocks_.size()) {
+    blocks_.push_back(std::make_unique<Slot[]>(size_t{1} << kBlockBits));
+  }
+  return slots_made_++;
+}
+
+void EventQueue::Push(Key key) {
+  // Sift up: move parents down into the hole until the key's place is found.
+  size_t hole = heap_.size();
+  heap_.push_back(key);
+  while (hole > 0) {
+    const size_t parent = (hole - 1) / 4;
+    if (!RunsBefore(key, heap_[parent])) break;
+    heap_[hole] = heap_[parent];
+    hole = parent;
+  }
+  heap_[hole] = key;
+}
+
+void EventQueue::PopFront() {
+  const Key last = heap_.back();
+  heap_.pop_back();
+  const size_t n = heap_.size();
+  if (n == 0) return;
+  // Sift down from the root: move the earliest child up into the hole until `last` fits.
+  size_t hole = 0;
+  for (;;) {
+    const size_t first = 4 * hole + 1;
+    if (first >= n) break;
+    const size_t end = first + 4 < n ? first + 4 : n;
+    size_t best = first;
+    for (size_t c = first + 1; c < end; ++c) {
+      if (RunsBefore(heap_[c], heap_[best])) best = c;
+    }
+    if (!RunsBefore(heap_[best], last)) break;
+    heap_[hole] = heap_[best];
+    hole = best;
+  }
+  heap_[hole] = last;
 }
 
 bool EventQueue::RunNext() {
   if (heap_.empty()) return false;
-  std::pop_heap(heap_.begin(), heap_.end(), RunsAfter);
-  Event event = std::move(heap_.back());
-  heap_.pop_back();
-  now_ = event.at;
+  const Key front = heap_.front();
+  PopFront();
+  now_ = Instant{front.at};
   ++executed_;
-  // The callback may schedule further events; it owns nothing in heap_ any more.
-  event.fn();
+  // The callable runs in its slot (blocks never move) and may schedule further events; its slot
+  // is reused only after it has returned and been destroyed.
+  Slot& slot = SlotAt(front.slot);
+  slot.op(slot, /*run=*/true);
+  free_slots_.push_back(front.slot);
   return true;
-}
-
-std::string_view EventQueue::RunUntil(Instant cap, uint64_t max_events,
-                                      const std::function<bool()>& done,
-                                      const std::function<void()>& after_each) {
-  for (;;) {
-    if (done()) return "done";
-    if (empty()) return "idle";
-    if (NextTime() > cap) return "duration_cap";
-    if (executed_ >= max_events) return "event_cap";
-    RunNext();
-    if (after_each) after_each();
-  }
 }
 
 }  // namespace metaroce::sim

@@ -1,10 +1,16 @@
 #include "tools/sim/event_queue.h"
 
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/sim/rng.h"
 
 namespace metaroce::sim {
 namespace {
@@ -97,6 +103,72 @@ TEST(EventQueue_RunUntil, StopsForTheFirstReasonThatHolds) {
   EventQueue q;
   q.Schedule(Instant{3}, [] {});
   EXPECT_EQ(q.RunUntil(Instant{1'000'000}, 5, [] { return false; }), "idle");
+}
+
+TEST(EventQueue_Ordering, ManyEventsRunSortedByTimeThenInsertion) {
+  // Thousands of events at few distinct times, a third of them scheduled by running events (some
+  // for the instant being run, some before it): they must run exactly in (time, sequence) order.
+  EventQueue q;
+  Xoshiro256 rng(7);
+  struct Scheduled {
+    int64_t at;  // after clamping
+    uint64_t seq;
+  };
+  std::vector<Scheduled> scheduled;  // by event id
+  std::vector<size_t> ran;           // event ids in the order they ran
+  std::function<void(int64_t)> add = [&](int64_t at) {
+    const size_t id = scheduled.size();
+    const bool spawns = rng.Next() % 3 == 0;
+    scheduled.push_back({std::max(at, q.now().ns), 0});
+    scheduled[id].seq = q.Schedule(Instant{at}, [&, id, spawns] {
+      ran.push_back(id);
+      EXPECT_EQ(q.now().ns, scheduled[id].at);
+      if (spawns) add(q.now().ns + static_cast<int64_t>(rng.Next() % 4) * 10 - 10);
+    });
+  };
+  for (int i = 0; i < 3000; ++i) add(static_cast<int64_t>(rng.Next() % 50) * 10);
+  while (q.RunNext()) {
+  }
+  std::vector<size_t> expected(scheduled.size());
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = i;
+  std::sort(expected.begin(), expected.end(), [&](size_t a, size_t b) {
+    return std::tie(scheduled[a].at, scheduled[a].seq) < std::tie(scheduled[b].at, scheduled[b].seq);
+  });
+  EXPECT_GT(scheduled.size(), 3500u);
+  EXPECT_EQ(ran, expected);
+  EXPECT_GT(q.clamped(), 0u);
+}
+
+TEST(EventQueue_Captures, LargeCapturesRunAndPendingOnesAreDestroyed) {
+  auto token = std::make_shared<int>(0);
+  {
+    EventQueue q;
+    std::array<uint64_t, 32> big{};  // 256 bytes: held outside the event's slot
+    big[31] = 42;
+    uint64_t seen = 0;
+    q.Schedule(Instant{1}, [&seen, big, token] { seen = big[31]; });
+    q.Schedule(Instant{2}, [token] {});               // small, never run
+    q.Schedule(Instant{3}, [big, token] { (void)big; });  // large, never run
+    EXPECT_EQ(token.use_count(), 4);
+    EXPECT_TRUE(q.RunNext());
+    EXPECT_EQ(seen, 42u);
+    EXPECT_EQ(token.use_count(), 3);  // a callable is destroyed once it has run
+  }
+  EXPECT_EQ(token.use_count(), 1);  // the queue destroyed the two it never ran
+}
+
+TEST(EventQueue_Captures, ARunningEventMayScheduleManyMore) {
+  // Slots come in blocks; scheduling thousands of events from inside one must not move it.
+  EventQueue q;
+  std::string log;
+  q.Schedule(Instant{0}, [&, text = std::string("first")] {
+    for (int i = 0; i < 5000; ++i) q.Schedule(Instant{1 + i}, [] {});
+    log = text;  // the capture is still intact
+  });
+  while (q.RunNext()) {
+  }
+  EXPECT_EQ(log, "first");
+  EXPECT_EQ(q.executed(), 5001u);
 }
 
 }  // namespace
