@@ -690,10 +690,11 @@ absl::StatusOr<Json> AppSessions::CreateConnection(const Json& params, const Cli
   core::ConnectionConfig config = api::MakeConnectionConfig(*ours, *peer, options_.tuning);
   config.pd = s.pd;  // its memory accesses find this session's regions only
   // The application consumes its connection's path events; the operator's path.events gets
-  // copies (PollPathEvents).
+  // copies (PollPathEvents). Its posts mark the connection's slot in its doorbell of the owner
+  // worker (posted_slot below), so that the worker looks at these rings only when they have work.
   if (absl::Status st = engine_.CreateConnectionOnChannel(
           config, engine::PeerRoute{peer->plane_addresses}, *channel,
-          engine::ObservePathEvents::kYes);
+          engine::ObservePathEvents::kYes, s.doorbells[owner]);
       !st.ok()) {
     return undo(st);
   }
@@ -703,6 +704,7 @@ absl::StatusOr<Json> AppSessions::CreateConnection(const Json& params, const Cli
   c.serial = next_serial_++;
   c.send_cq = *send_cq;
   c.recv_cq = *recv_cq;
+  const uint32_t posted_slot = (*channel)->posted_slot();
   c.channel = *std::move(channel);
   c.bytes = reorder_bytes + block_bytes;
   c.peer = peer->plane_addresses.empty() ? std::string() : peer->plane_addresses[0].ToString();
@@ -718,6 +720,8 @@ absl::StatusOr<Json> AppSessions::CreateConnection(const Json& params, const Cli
   Json r = Json::MakeObject();
   r["conn_id"] = id;
   r["owner"] = owner;
+  // Absent when the doorbell's slots are all taken: the worker then looks at the rings anyway.
+  if (posted_slot != engine::Doorbell::kNoSlot) r["posted_slot"] = posted_slot;
   Json& d = r["depths"] = Json::MakeObject();
   d["send"] = static_cast<uint64_t>(depths.send);
   d["recv"] = static_cast<uint64_t>(depths.recv);

@@ -347,6 +347,13 @@ absl::StatusOr<ConnectionBinding> AttachedBackend::CreateConnection(
   absl::StatusOr<std::shared_ptr<engine::ConnectionChannel>> channel =
       engine::ConnectionChannel::AttachAt(std::move(memory), depths, ours.conn_id, worker);
   if (!channel.ok()) return FromDaemon(app::kQpCreate, channel.status());
+  // Where our posts mark the connection for its worker (lib/engine/doorbell.h); without a slot
+  // the worker looks at its rings on every loop.
+  if (r->Find("posted_slot") != nullptr) {
+    absl::StatusOr<uint64_t> s = UintIn(*r, "posted_slot", 0, engine::Doorbell::kPostedSlots - 1);
+    if (!s.ok()) return FromDaemon(app::kQpCreate, s.status());
+    (*channel)->SetPostedMark(doorbells_[worker], static_cast<uint32_t>(*s));
+  }
   ConnectionBinding b;
   b.channel = *std::move(channel);
   b.wake.worker = worker;

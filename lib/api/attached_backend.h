@@ -90,7 +90,7 @@ class AttachedBackend final : public ContextBackend {
   control::Client client_ ABSL_GUARDED_BY(call_mu_);
   Facts facts_;
   std::shared_ptr<SharedMapping> doorbell_block_;
-  std::vector<const engine::Doorbell*> doorbells_;  // per worker, in doorbell_block_
+  std::vector<engine::Doorbell*> doorbells_;  // per worker, in doorbell_block_
   std::vector<UniqueFd> doorbell_fds_;               // per worker
   absl::Mutex blocks_mu_;
   std::map<uintptr_t, Block> blocks_ ABSL_GUARDED_BY(blocks_mu_);  // by first byte

@@ -29,6 +29,15 @@
 // Both layouts are functions of the depths alone: a process that knows the depths (and the
 // worker count) computes the same offsets.
 //
+// Posted marks: the owner worker does not look at every connection's request rings on every loop
+// (it owns thousands, most idle); it looks at those marked posted in a doorbell
+// (lib/engine/doorbell.h). A channel's `sends` and `recvs` are RequestRings: their TryPush marks
+// the channel's slot after a successful push, once the channel has a mark (SetPostedMark: the
+// owner worker sets it on a heap channel when it adds the connection, and on a placed one when it
+// is given the application's doorbell; an application sets it on its attached view from what the
+// daemon told it). A producer that pushes through the SpscRing base marks nothing: the worker may
+// then not see its requests until something else marks the connection.
+//
 // Threading: each ring has one producer and one consumer thread as stated per member (see
 // spsc_ring.h). Ownership: shared (std::shared_ptr) between the api object and the owner worker,
 // which drops its reference when the connection is destroyed on the control path. Caller memory
@@ -59,6 +68,7 @@
 #include "absl/status/statusor.h"
 #include "lib/core/path_state.h"
 #include "lib/core/types.h"
+#include "lib/engine/doorbell.h"
 #include "lib/engine/spsc_ring.h"
 
 namespace metaroce::engine {
@@ -129,6 +139,60 @@ class CompletionChannel {
   std::shared_ptr<const void> keep_mapped_;  // caller memory only, optional
   std::vector<SpscRing<core::Completion>> rings_;
   size_t next_ = 0;  // application thread only
+};
+
+// Where the posters of one connection mark it posted: a doorbell and the connection's slot in it
+// (lib/engine/doorbell.h). Process-local (it points into this process's mapping of the doorbell).
+// Set before the channel is posted to (by the owner worker while it adds the connection, before
+// the creator gets the channel back; by an attaching application before it posts); read by the
+// posters. Unset: Mark() does nothing.
+class PostedMark {
+ public:
+  void Set(Doorbell* doorbell, uint32_t slot) {
+    slot_.store(slot, std::memory_order_relaxed);
+    doorbell_.store(doorbell, std::memory_order_release);
+  }
+  void Clear() { doorbell_.store(nullptr, std::memory_order_release); }
+  // The poster, after a push.
+  void Mark() const {
+    if (Doorbell* d = doorbell_.load(std::memory_order_acquire); d != nullptr) {
+      d->MarkPosted(slot_.load(std::memory_order_relaxed));
+    }
+  }
+  Doorbell* doorbell() const { return doorbell_.load(std::memory_order_acquire); }
+  // Doorbell::kNoSlot when unset.
+  uint32_t slot() const {
+    return doorbell() == nullptr ? Doorbell::kNoSlot : slot_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<Doorbell*> doorbell_{nullptr};
+  std::atomic<uint32_t> slot_{Doorbell::kNoSlot};
+};
+
+// An application's request ring (a connection's send or receive queue): an SpscRing whose
+// producer marks the connection posted (PostedMark::Mark) after every successful push, so that
+// the owner worker looks at it. The consumer side is SpscRing's.
+template <typename Wr>
+class RequestRing : public SpscRing<Wr> {
+ public:
+  RequestRing(SpscRing<Wr> ring, const PostedMark* mark)
+      : SpscRing<Wr>(std::move(ring)), mark_(mark) {}
+
+  // Producer: as SpscRing::TryPush, then marks the connection posted.
+  bool TryPush(const Wr& value) {
+    if (!SpscRing<Wr>::TryPush(value)) return false;
+    mark_->Mark();
+    return true;
+  }
+  bool TryPush(Wr&& value) {
+    if (!SpscRing<Wr>::TryPush(std::move(value))) return false;
+    mark_->Mark();
+    return true;
+  }
+
+ private:
+  const PostedMark* mark_;  // the channel's; lives as long as the channel
 };
 
 // Connection state as published by the owner worker (readable from any thread).
@@ -207,18 +271,28 @@ class ConnectionChannel {
                     std::shared_ptr<CompletionChannel> send_cq,
                     std::shared_ptr<CompletionChannel> recv_cq);
 
-  // Declared before the rings, which view it.
+  // Declared before the rings, which view it and mark it.
   CacheAlignedBytes owned_block_;            // embedded only
   std::shared_ptr<const void> keep_mapped_;  // caller memory only, optional
+  PostedMark posted_mark_;
 
  public:
-  // Producer: the application thread posting sends. Consumer: the owner worker.
-  SpscRing<core::SendWorkRequest> sends;
+  // Producer: the application thread posting sends (TryPush marks the connection posted).
+  // Consumer: the owner worker.
+  RequestRing<core::SendWorkRequest> sends;
   // Producer: the application thread posting receives. Consumer: the owner worker.
-  SpscRing<core::RecvWorkRequest> recvs;
+  RequestRing<core::RecvWorkRequest> recvs;
   // Producer: the owner worker. Consumer: the application thread reading events. When full, new
   // events are dropped and counted in events_dropped() (they are telemetry, not work).
   SpscRing<core::PathEvent> events;
+
+  // Where this view's pushes mark the connection posted (PostedMark, lib/engine/doorbell.h):
+  // set by the owner worker (heap channels, and placed channels given a doorbell) or, on an
+  // attached view, by the application, before anyone posts; cleared by the owner worker when the
+  // doorbell goes. posted_slot() is what the daemon tells the application.
+  void SetPostedMark(Doorbell* doorbell, uint32_t slot) { posted_mark_.Set(doorbell, slot); }
+  void ClearPostedMark() { posted_mark_.Clear(); }
+  uint32_t posted_slot() const { return posted_mark_.slot(); }
 
   // Owner worker: counts an event `events` had no room for. Anyone: how many were dropped.
   void CountDroppedEvent() { shared_->events_dropped.fetch_add(1, std::memory_order_relaxed); }

@@ -265,14 +265,19 @@ absl::StatusOr<std::shared_ptr<ConnectionChannel>> Engine::CreateConnection(
   auto channel = std::make_shared<ConnectionChannel>(
       config.local_conn_id, OwnerOf(config.local_conn_id), config.max_send_queue,
       config.max_recv_queue, options_.event_depth, std::move(send_cq), std::move(recv_cq));
-  if (absl::Status s = CreateConnectionOnChannel(config, route, channel); !s.ok()) return s;
+  if (absl::Status s = CreateConnectionOnChannel(config, route, channel, ObservePathEvents::kNo,
+                                                 &workers_[channel->owner()]->own_marks());
+      !s.ok()) {
+    return s;
+  }
   return channel;
 }
 
 absl::Status Engine::CreateConnectionOnChannel(const core::ConnectionConfig& config,
                                                const PeerRoute& route,
                                                std::shared_ptr<ConnectionChannel> channel,
-                                               ObservePathEvents observe) {
+                                               ObservePathEvents observe,
+                                               Doorbell* posted_marks) {
   if (channel == nullptr || !channel->has_completion_channels()) {
     return absl::InvalidArgumentError(
         "a connection needs a channel with a send and a receive completion channel");
@@ -295,8 +300,9 @@ absl::Status Engine::CreateConnectionOnChannel(const core::ConnectionConfig& con
     }
   }
   return Call<absl::Status>(
-      owner, [&config, &route, channel = std::move(channel), observe](Worker& w) {
-        return w.AddConnection(config, route, channel, observe == ObservePathEvents::kYes);
+      owner, [&config, &route, channel = std::move(channel), observe, posted_marks](Worker& w) {
+        return w.AddConnection(config, route, channel, observe == ObservePathEvents::kYes,
+                               posted_marks);
       });
 }
 

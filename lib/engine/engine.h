@@ -171,10 +171,17 @@ class Engine {
   // with an application): its conn_id must be config.local_conn_id, its owner
   // OwnerOf(local_conn_id), and its completion channels must have workers() rings each. With
   // ObservePathEvents::kYes its path events are copied to the observer rings too.
+  // `posted_marks`: the doorbell its posters mark (lib/engine/doorbell.h), attached to the owner
+  // worker (AddDoorbell), typically the application's; the owner gives the connection a slot in
+  // it and sets the channel's mark (ConnectionChannel::posted_slot(), to tell the application,
+  // which sets the same mark on its view: SetPostedMark). Without one, nothing tells the owner
+  // when the rings hold work, and it looks at them on every loop of its (a cost per loop that
+  // grows with such connections). CreateConnection's channels use the owner's own doorbell.
   absl::Status CreateConnectionOnChannel(const core::ConnectionConfig& config,
                                          const PeerRoute& route,
                                          std::shared_ptr<ConnectionChannel> channel,
-                                         ObservePathEvents observe = ObservePathEvents::kNo);
+                                         ObservePathEvents observe = ObservePathEvents::kNo,
+                                         Doorbell* posted_marks = nullptr);
   absl::Status DestroyConnection(uint32_t conn_id);
   absl::StatusOr<ConnectionSnapshot> Snapshot(uint32_t conn_id);
   absl::Status RequestRotation(uint32_t conn_id, uint16_t path_id);

@@ -108,9 +108,12 @@ Worker::Worker(const WorkerOptions& options, std::vector<std::unique_ptr<io::Pac
       completion_buf_(64),
       observed_events_(options.observed_event_depth) {
   stats_.worker = options.id;
+  own_marks_.doorbell = &doorbell_;
 }
 
 Worker::~Worker() {
+  // Channels may outlive the worker: their pushes no longer mark our doorbells.
+  for (auto& [id, oc] : owned_) oc->channel->ClearPostedMark();
   // Connections go before the ports and the sink they reference.
   owned_.clear();
   for (const AttachedDoorbell& d : doorbells_) close(d.socket);
@@ -164,14 +167,17 @@ bool Worker::RunOnce() {
   // application requests; those this receive phase produces wait for the next iteration.
   const size_t held = held_acks_.size();
   core::Instant now = MonotonicNow();
+  // The connections to look at, taken once: a post marked after this is seen next loop.
+  CollectActive();
   // Posted receives enter the core before the loop's packets, so that a receive posted before a
   // Send arrived matches it (ibv_post_recv is effective at once).
-  work += DrainRing(now, &ConnectionChannel::recvs, &OwnedConnection::recv_blocked);
+  work += DrainRings(now, &ConnectionChannel::recvs, &OwnedConnection::recv);
   holding_acks_ = options_.defer_receive_acks;
   work += ReceiveFromPorts(now);
   work += ReceiveHandoffs(now);
   holding_acks_ = false;
-  work += DrainRing(now, &ConnectionChannel::sends, &OwnedConnection::send_blocked);
+  work += DrainRings(now, &ConnectionChannel::sends, &OwnedConnection::send);
+  RetireActive();
   if (held > 0) {
     FlushPorts();  // the application's packets go first
     work += ReleaseHeldAcks(held);
@@ -199,12 +205,12 @@ void Worker::PortSink::Transmit(const core::TxMeta& meta, std::span<const std::b
   Worker& w = w_;
   auto it = w.owned_.find(meta.conn_id);
   if (it == w.owned_.end() || meta.plane >= w.ports_.size() ||
-      meta.plane >= it->second.route.plane_addresses.size()) {
+      meta.plane >= it->second->route.plane_addresses.size()) {
     ++w.stats_.tx_no_route;
     return;
   }
   io::TxPacket p;
-  p.dst = it->second.route.plane_addresses[meta.plane];
+  p.dst = it->second->route.plane_addresses[meta.plane];
   p.src_port = meta.src_port;
   p.dst_port = meta.dst_port;
   p.headers = headers;
@@ -383,21 +389,50 @@ bool Worker::PushCompletion(OwnedConnection& oc, const core::Completion& c) {
   return true;
 }
 
+void Worker::CollectActive() {
+  active_.swap(retry_);  // already queued
+  retry_awake_ = retry_app_ = 0;
+  auto take = [this](MarkTable& table) {
+    // The slot comes from shared memory: it is in [0, kPostedSlots) (TakePosted), and names a
+    // connection only if this worker gave it one in this doorbell.
+    table.doorbell->TakePosted([this, &table](uint32_t slot) {
+      if (slot >= table.by_slot.size()) return;
+      OwnedConnection* oc = table.by_slot[slot];
+      if (oc == nullptr || oc->queued) return;
+      oc->queued = true;
+      active_.push_back(oc);
+    });
+  };
+  take(own_marks_);
+  for (AttachedDoorbell& d : doorbells_) take(*d.marks);
+  for (OwnedConnection* oc : unmarked_) {
+    if (oc->queued) continue;
+    oc->queued = true;
+    active_.push_back(oc);
+  }
+}
+
 template <typename Wr>
-size_t Worker::DrainRing(core::Instant now, SpscRing<Wr> ConnectionChannel::*ring,
-                         bool OwnedConnection::*blocked) {
+size_t Worker::DrainRings(core::Instant now, RequestRing<Wr> ConnectionChannel::*ring,
+                          RingState OwnedConnection::*state) {
   size_t total = 0;
-  for (auto& [id, oc] : owned_) {
+  for (OwnedConnection* active : active_) {
+    OwnedConnection& oc = *active;
+    const uint32_t id = oc.conn->local_id();
     SpscRing<Wr>& requests = oc.channel.get()->*ring;
-    oc.*blocked = false;
+    ++stats_.ring_polls;
+    oc.*state = RingState::kMore;  // unless the ring empties or blocks first
     for (uint32_t i = 0; i < options_.commands_per_loop; ++i) {
       const Wr* front = requests.Front();
-      if (front == nullptr) break;
+      if (front == nullptr) {
+        oc.*state = RingState::kDone;
+        break;
+      }
       // A copy: the producer may be another process writing the slot while the core checks it.
       const Wr wr = *front;
       const absl::Status s = Post(*oc.conn, now, wr);
       if (absl::IsResourceExhausted(s)) {
-        oc.*blocked = true;  // stays in the ring until the core has room
+        oc.*state = RingState::kCoreFull;  // stays in the ring until the core has room
         break;
       }
       if (!s.ok()) {
@@ -407,7 +442,10 @@ size_t Worker::DrainRing(core::Instant now, SpscRing<Wr> ConnectionChannel::*rin
         c.status = RefusalStatus(s);
         c.opcode = RefusalOpcode(wr);
         c.conn_id = id;
-        if (!PushCompletion(oc, c)) break;  // retried when the application polls
+        if (!PushCompletion(oc, c)) {
+          oc.*state = RingState::kAppFull;  // retried when the application polls
+          break;
+        }
         ++stats_.commands_refused;
       }
       requests.PopFront();
@@ -415,6 +453,22 @@ size_t Worker::DrainRing(core::Instant now, SpscRing<Wr> ConnectionChannel::*rin
     }
   }
   return total;
+}
+
+void Worker::RetireActive() {
+  for (OwnedConnection* oc : active_) {
+    if (oc->send == RingState::kDone && oc->recv == RingState::kDone) {
+      oc->queued = false;
+      continue;
+    }
+    retry_.push_back(oc);
+    if (oc->send == RingState::kMore || oc->recv == RingState::kMore) {
+      ++retry_awake_;
+    } else if (oc->send == RingState::kAppFull || oc->recv == RingState::kAppFull) {
+      ++retry_app_;
+    }
+  }
+  active_.clear();
 }
 
 void Worker::DeliverReadyCompletions() {
@@ -425,11 +479,11 @@ void Worker::DeliverReadyCompletions() {
   pending_retry_.swap(completions_pending_);
   for (uint32_t id : pending_retry_) {
     auto it = owned_.find(id);
-    if (it != owned_.end()) DeliverCompletions(it->second);
+    if (it != owned_.end()) DeliverCompletions(*it->second);
   }
   for (core::Connection* c : ready_) {
     auto it = owned_.find(c->local_id());
-    if (it != owned_.end()) DeliverCompletions(it->second);
+    if (it != owned_.end()) DeliverCompletions(*it->second);
   }
 }
 
@@ -485,9 +539,14 @@ bool Worker::HasPendingWork() {
     if (!q.empty()) return true;
   }
   if (!held_acks_.empty()) return true;
-  for (auto& [id, oc] : owned_) {
-    if (!oc.send_blocked && !oc.channel->sends.EmptyApprox()) return true;
-    if (!oc.recv_blocked && !oc.channel->recvs.EmptyApprox()) return true;
+  // Requests: marked since the last loop took the marks, or left by the budget.
+  if (retry_awake_ > 0 || own_marks_.doorbell->AnyPosted()) return true;
+  for (const AttachedDoorbell& d : doorbells_) {
+    if (d.doorbell->AnyPosted()) return true;
+  }
+  for (const OwnedConnection* oc : unmarked_) {
+    if (oc->send != RingState::kCoreFull && !oc->channel->sends.EmptyApprox()) return true;
+    if (oc->recv != RingState::kCoreFull && !oc->channel->recvs.EmptyApprox()) return true;
   }
   return false;
 }
@@ -538,7 +597,7 @@ void Worker::Sleep() {
   core::Duration timeout = kMaxSleep;
   const core::Instant deadline = endpoint_.NextDeadline();
   if (deadline != core::kNever) timeout = std::min(timeout, deadline - now);
-  if (!completions_pending_.empty()) timeout = std::min(timeout, kPendingSleep);
+  if (!completions_pending_.empty() || retry_app_ > 0) timeout = std::min(timeout, kPendingSleep);
   std::vector<pollfd> fds;
   fds.reserve(1 + doorbells_.size() + ports_.size());
   fds.push_back({wake_fd_, POLLIN, 0});
@@ -570,22 +629,77 @@ void Worker::Sleep() {
 // ---- control path (owner thread) ----
 
 absl::Status Worker::AddConnection(const core::ConnectionConfig& config, const PeerRoute& route,
-                                   std::shared_ptr<ConnectionChannel> channel, bool observed) {
+                                   std::shared_ptr<ConnectionChannel> channel, bool observed,
+                                   Doorbell* posted_marks) {
   if (route.plane_addresses.size() < config.plane_count || config.plane_count > ports_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "connection uses ", config.plane_count, " planes; the route names ",
         route.plane_addresses.size(), " peer addresses and the worker has ", ports_.size(),
         " ports"));
   }
+  MarkTable* table = nullptr;
+  if (posted_marks != nullptr) {
+    table = MarkTableOf(posted_marks);
+    if (table == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the connection's doorbell is neither worker ", options_.id,
+          "'s own nor attached to it (AddDoorbell first)"));
+    }
+  }
   absl::StatusOr<core::Connection*> conn = endpoint_.CreateConnection(config);
   if (!conn.ok()) return conn.status();
-  OwnedConnection& oc = owned_[config.local_conn_id];
+  auto owned = std::make_unique<OwnedConnection>();
+  OwnedConnection& oc = *owned;
+  owned_[config.local_conn_id] = std::move(owned);
   oc.conn = *conn;
   oc.channel = std::move(channel);
   oc.route = route;
   oc.observed = observed;
+  if (table == nullptr || !TakeSlot(*table, oc)) {
+    unmarked_.push_back(&oc);
+    ++stats_.unmarked_connections;
+  }
   ++stats_.connections;
   return absl::OkStatus();
+}
+
+Worker::MarkTable* Worker::MarkTableOf(const Doorbell* doorbell) {
+  if (doorbell == &doorbell_) return &own_marks_;
+  for (AttachedDoorbell& d : doorbells_) {
+    if (d.doorbell == doorbell) return d.marks.get();
+  }
+  return nullptr;
+}
+
+bool Worker::TakeSlot(MarkTable& table, OwnedConnection& oc) {
+  uint32_t slot;
+  if (!table.free_slots.empty()) {
+    slot = table.free_slots.back();
+    table.free_slots.pop_back();
+  } else if (table.by_slot.size() < Doorbell::kPostedSlots) {
+    slot = static_cast<uint32_t>(table.by_slot.size());
+    table.by_slot.push_back(nullptr);
+  } else {
+    return false;
+  }
+  table.by_slot[slot] = &oc;
+  oc.marks = &table;
+  oc.slot = slot;
+  // Before the channel is handed to its posters (the creator waits for this task).
+  oc.channel->SetPostedMark(table.doorbell, slot);
+  return true;
+}
+
+void Worker::ReleaseSlot(OwnedConnection& oc) {
+  if (oc.marks == nullptr) return;
+  oc.channel->ClearPostedMark();
+  MarkTable& table = *oc.marks;
+  table.by_slot[oc.slot] = nullptr;
+  // The mark may still be set (a last post, or set again): it names a free slot until reused,
+  // and then costs the new owner one look.
+  table.free_slots.push_back(oc.slot);
+  oc.marks = nullptr;
+  oc.slot = Doorbell::kNoSlot;
 }
 
 absl::Status Worker::RemoveConnection(uint32_t conn_id) {
@@ -593,8 +707,25 @@ absl::Status Worker::RemoveConnection(uint32_t conn_id) {
   if (it == owned_.end()) {
     return absl::NotFoundError(absl::StrCat("worker ", options_.id, " owns no connection ", conn_id));
   }
+  OwnedConnection& oc = *it->second;
   // Completions still in the core are delivered if there is room; the rest go with it.
-  DeliverCompletions(it->second);
+  DeliverCompletions(oc);
+  // Control tasks run between loops: active_ is empty, retry_ and unmarked_ may name it.
+  if (oc.queued && std::erase(retry_, &oc) > 0) {
+    retry_awake_ = retry_app_ = 0;  // recounted for what is left
+    for (const OwnedConnection* r : retry_) {
+      if (r->send == RingState::kMore || r->recv == RingState::kMore) {
+        ++retry_awake_;
+      } else if (r->send == RingState::kAppFull || r->recv == RingState::kAppFull) {
+        ++retry_app_;
+      }
+    }
+  }
+  if (oc.marks != nullptr) {
+    ReleaseSlot(oc);
+  } else if (std::erase(unmarked_, &oc) > 0) {
+    --stats_.unmarked_connections;
+  }
   owned_.erase(it);
   // A burst of connections leaves no table behind it: a daemon's memory returns to its level.
   if (owned_.size() * 4 < owned_.capacity()) owned_.rehash(0);
@@ -607,7 +738,7 @@ absl::StatusOr<ConnectionSnapshot> Worker::Snapshot(uint32_t conn_id) {
   if (it == owned_.end()) {
     return absl::NotFoundError(absl::StrCat("worker ", options_.id, " owns no connection ", conn_id));
   }
-  const core::Connection& c = *it->second.conn;
+  const core::Connection& c = *it->second->conn;
   ConnectionSnapshot s;
   s.conn_id = conn_id;
   s.owner = options_.id;
@@ -617,7 +748,7 @@ absl::StatusOr<ConnectionSnapshot> Worker::Snapshot(uint32_t conn_id) {
   for (uint16_t p = 0; p < c.path_count(); ++p) s.paths.push_back(c.path_stats(p));
   s.outstanding_sends = c.outstanding_sends();
   s.posted_receives = c.posted_receives();
-  s.events_dropped = it->second.channel->events_dropped();
+  s.events_dropped = it->second->channel->events_dropped();
   return s;
 }
 
@@ -633,7 +764,7 @@ absl::Status Worker::AbortConnection(uint32_t conn_id) {
   c->Abort(MonotonicNow());
   // The flushed completions and the error state go out now: an abort with nothing outstanding
   // makes no output for the endpoint to announce, and the state must still be published.
-  if (auto it = owned_.find(conn_id); it != owned_.end()) DeliverCompletions(it->second);
+  if (auto it = owned_.find(conn_id); it != owned_.end()) DeliverCompletions(*it->second);
   return absl::OkStatus();
 }
 
@@ -650,7 +781,11 @@ absl::StatusOr<int> Worker::AddDoorbell(Doorbell* doorbell) {
     return absl::ErrnoToStatus(errno, "socket pair for a doorbell (too many open files? raise "
                                       "RLIMIT_NOFILE)");
   }
-  doorbells_.push_back({doorbell, ends[0]});
+  AttachedDoorbell& d = doorbells_.emplace_back();
+  d.doorbell = doorbell;
+  d.socket = ends[0];
+  d.marks = std::make_unique<MarkTable>();
+  d.marks->doorbell = doorbell;
   ++stats_.doorbells;
   return ends[1];
 }
@@ -661,6 +796,13 @@ absl::Status Worker::RemoveDoorbell(const Doorbell* doorbell) {
   if (it == doorbells_.end()) {
     return absl::NotFoundError(
         absl::StrCat("this doorbell is not attached to worker ", options_.id));
+  }
+  // Its connections are looked at on every loop from now on: no one can mark them.
+  for (OwnedConnection* oc : it->marks->by_slot) {
+    if (oc == nullptr) continue;
+    ReleaseSlot(*oc);
+    unmarked_.push_back(oc);
+    ++stats_.unmarked_connections;
   }
   close(it->socket);
   doorbells_.erase(it);

@@ -20,6 +20,16 @@
 // doorbell per attached application (AddDoorbell), all raised while the worker sleeps.
 // No lock is taken on the data path; the control queue has a mutex, checked through an atomic
 // flag so that an idle control path costs one load per loop.
+//
+// What a loop costs does not grow with the connections a worker merely holds: it looks at the
+// request rings of the connections marked posted in its doorbells (doorbell.h: its own, for the
+// channels it made, and each application's, for the channels placed in that application's
+// memory) and of those it could not finish before (the core's queue full, the per-loop budget
+// used, a refusal's completion ring full), and at no others; completions and events go out for
+// the connections the endpoint lists as having output (Endpoint::TakeReady). The exception:
+// connections whose posters mark nothing the worker knows of (a placed channel created without a
+// doorbell, or beyond a doorbell's Doorbell::kPostedSlots) have their rings looked at on every
+// loop. WorkerStats::ring_polls counts the looks.
 #pragma once
 
 #include <poll.h>
@@ -95,6 +105,8 @@ struct WorkerStats {
   uint64_t doorbells = 0;            // application doorbells attached now
   uint64_t observed_events_dropped = 0;  // copies the observer ring had no room for
   uint64_t connections = 0;
+  uint64_t ring_polls = 0;           // looks at a connection's request ring (send or receive)
+  uint64_t unmarked_connections = 0;  // connections whose rings are looked at on every loop
   core::EndpointCounters endpoint;
   std::vector<io::PortStats> ports;  // per plane
   std::vector<std::string> port_descriptions;
@@ -154,6 +166,9 @@ class Worker {
   // doorbells of their own (AddDoorbell) instead.
   const Doorbell& doorbell() const { return doorbell_; }
   int wake_fd() const { return wake_fd_; }
+  // The same doorbell, for its posted marks: pass it to AddConnection for channels posted to in
+  // this process (Engine::CreateConnection does).
+  Doorbell& own_marks() { return doorbell_; }
 
   // Producer: the owner thread (copies of observed connections' path events). Consumer: one
   // thread at a time outside the worker (Engine::PollObservedEvents serializes them).
@@ -162,8 +177,14 @@ class Worker {
   // ---- Owner thread only (control tasks) ----
   core::Endpoint& endpoint() { return endpoint_; }
   // `observed`: the connection's path events are copied to observed_events() too.
+  // `posted_marks`: the doorbell the channel's posters mark (doorbell.h), which must be this
+  // worker's own (doorbell()) or attached here (AddDoorbell); the worker gives the connection a
+  // slot in it and sets the channel's mark (ConnectionChannel::SetPostedMark). Null: no one
+  // marks it, and its rings are looked at on every loop (as when the doorbell's slots are all
+  // taken).
   absl::Status AddConnection(const core::ConnectionConfig& config, const PeerRoute& route,
-                             std::shared_ptr<ConnectionChannel> channel, bool observed = false);
+                             std::shared_ptr<ConnectionChannel> channel, bool observed = false,
+                             Doorbell* posted_marks = nullptr);
   absl::Status RemoveConnection(uint32_t conn_id);
   absl::StatusOr<ConnectionSnapshot> Snapshot(uint32_t conn_id);
   WorkerStats Stats() const;
@@ -178,6 +199,8 @@ class Worker {
   // the sockets cannot be created.
   absl::StatusOr<int> AddDoorbell(Doorbell* doorbell);
   // Detaches it and closes the worker's end (RingDoorbell on the other end then fails silently).
+  // Connections still marked through it have their marks cleared and are looked at on every loop
+  // from then on.
   absl::Status RemoveDoorbell(const Doorbell* doorbell);
 
  private:
@@ -198,19 +221,36 @@ class Worker {
     uint8_t plane = 0;
     io::TxPacket View() const;
   };
+  struct OwnedConnection;
+  // The slots of one doorbell's posted marks: which connection each names.
+  struct MarkTable {
+    Doorbell* doorbell = nullptr;
+    std::vector<OwnedConnection*> by_slot;  // null: free
+    std::vector<uint32_t> free_slots;       // below by_slot.size()
+  };
   struct AttachedDoorbell {
     Doorbell* doorbell = nullptr;
     int socket = -1;       // the worker's end, non-blocking
     bool hung_up = false;  // the other end is closed: not waited on any more
+    std::unique_ptr<MarkTable> marks;
+  };
+  // What the last look at a request ring left behind.
+  enum class RingState : uint8_t {
+    kDone,       // the ring was empty
+    kMore,       // the per-loop budget ran out: the next loop goes on
+    kCoreFull,   // the core had no room: retried every loop, but not work to stay awake for
+    kAppFull,    // a refusal's completion did not fit: retried, waiting for the application
   };
   struct OwnedConnection {
     core::Connection* conn = nullptr;
     std::shared_ptr<ConnectionChannel> channel;
     PeerRoute route;
-    bool send_blocked = false;         // the core's send queue was full at the last attempt
-    bool recv_blocked = false;
     bool observed = false;             // path events are copied to observed_events_
     PublishedState published;
+    MarkTable* marks = nullptr;        // where its posters mark it; null: in unmarked_
+    uint32_t slot = Doorbell::kNoSlot;
+    RingState send = RingState::kDone, recv = RingState::kDone;
+    bool queued = false;               // in active_ or retry_
   };
   class ControlQueue {
    public:
@@ -231,13 +271,22 @@ class Worker {
   size_t DrainBacklogs();
   size_t ReceiveFromPorts(core::Instant now);
   size_t ReceiveHandoffs(core::Instant now);
-  // Moves the work requests of one application ring (`ring`: sends or receives) of every owned
-  // connection into the core, up to commands_per_loop each. One the core has no room for stays
-  // in the ring and sets `blocked` (HasPendingWork then waits for the core); one it refuses
-  // completes at once with the reason. Returns how many left the rings.
+  // The connections whose request rings this loop looks at (active_): those left unfinished by
+  // the last loop (retry_), those marked posted in any doorbell since, and the unmarked ones.
+  void CollectActive();
+  // Moves the work requests of one application ring (`ring`: sends or receives) of every active
+  // connection into the core, up to commands_per_loop each, and records what is left in `state`.
+  // One the core has no room for stays in the ring (kCoreFull); one it refuses completes at once
+  // with the reason. Returns how many left the rings.
   template <typename Wr>
-  size_t DrainRing(core::Instant now, SpscRing<Wr> ConnectionChannel::*ring,
-                   bool OwnedConnection::*blocked);
+  size_t DrainRings(core::Instant now, RequestRing<Wr> ConnectionChannel::*ring,
+                    RingState OwnedConnection::*state);
+  // After both drains: active connections with work left go to retry_, the others leave.
+  void RetireActive();
+  // Slots: a free one of `table` for `oc` (false when all are taken), and its release.
+  bool TakeSlot(MarkTable& table, OwnedConnection& oc);
+  void ReleaseSlot(OwnedConnection& oc);
+  MarkTable* MarkTableOf(const Doorbell* doorbell);
   void DeliverCompletions(OwnedConnection& oc);
   void DeliverReadyCompletions();
   void DeliverEvents(OwnedConnection& oc);
@@ -259,7 +308,14 @@ class Worker {
   const int wake_fd_;
   PortSink sink_;
   core::Endpoint endpoint_;
-  absl::flat_hash_map<uint32_t, OwnedConnection> owned_;
+  // Heap nodes: the mark tables and the lists below hold pointers to them.
+  absl::flat_hash_map<uint32_t, std::unique_ptr<OwnedConnection>> owned_;
+  MarkTable own_marks_;                    // doorbell_'s slots: the channels this worker made
+  std::vector<OwnedConnection*> active_;   // this loop's (CollectActive); empty between loops
+  std::vector<OwnedConnection*> retry_;    // unfinished by the last loop
+  size_t retry_awake_ = 0;                 // of retry_, those with kMore (HasPendingWork)
+  size_t retry_app_ = 0;                   // of retry_, those waiting for the application
+  std::vector<OwnedConnection*> unmarked_;  // looked at on every loop
   // Connections whose completions or events are delivered this iteration: those the endpoint
   // lists as having output (Endpoint::TakeReady), and those a full ring held back before
   // (completions_pending_, ids). Nothing walks owned_ to find them.

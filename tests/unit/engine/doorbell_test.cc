@@ -7,11 +7,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/engine/engine.h"
@@ -40,20 +43,49 @@ bool WaitFor(Predicate done) {
 }
 
 TEST(Doorbell_Place, RefusesBadMemoryAndForeignBytes) {
-  CacheAlignedBytes memory = AllocateCacheAligned(256);
-  EXPECT_THAT(std::string(Doorbell::PlaceAt(memory.get() + 8, 128).status().message()),
+  constexpr size_t kBytes = sizeof(Doorbell);
+  CacheAlignedBytes memory = AllocateCacheAligned(kBytes + 64);
+  EXPECT_THAT(std::string(Doorbell::PlaceAt(memory.get() + 8, kBytes).status().message()),
               HasSubstr("aligned"));
-  EXPECT_THAT(std::string(Doorbell::PlaceAt(memory.get(), 63).status().message()),
-              HasSubstr("needs 64 bytes"));
-  std::memset(memory.get(), 0xab, 256);
-  EXPECT_THAT(std::string(Doorbell::AttachAt(memory.get(), 64).status().message()),
+  EXPECT_THAT(std::string(Doorbell::PlaceAt(memory.get(), kBytes - 1).status().message()),
+              HasSubstr(absl::StrCat("needs ", kBytes, " bytes")));
+  std::memset(memory.get(), 0xab, kBytes + 64);
+  EXPECT_THAT(std::string(Doorbell::AttachAt(memory.get(), kBytes).status().message()),
               HasSubstr("no doorbell here"));
-  auto placed = Doorbell::PlaceAt(memory.get(), 64);
+  auto placed = Doorbell::PlaceAt(memory.get(), kBytes);
   ASSERT_TRUE(placed.ok());
   EXPECT_EQ((*placed)->sleeping.load(), 0u);
-  auto attached = Doorbell::AttachAt(memory.get(), 64);
+  EXPECT_FALSE((*placed)->AnyPosted());  // the 0xab bytes are gone
+  auto attached = Doorbell::AttachAt(memory.get(), kBytes);
   ASSERT_TRUE(attached.ok());
   EXPECT_EQ(*attached, *placed);
+}
+
+// Marks are taken once each, in slot order within a word; out-of-range slots mark nothing.
+TEST(Doorbell_Marks, TakenOnceAndBounded) {
+  Doorbell bell;
+  std::vector<uint32_t> taken;
+  auto take = [&] {
+    taken.clear();
+    bell.TakePosted([&](uint32_t slot) { taken.push_back(slot); });
+    return taken;
+  };
+  EXPECT_THAT(take(), ::testing::IsEmpty());
+  bell.MarkPosted(5);
+  bell.MarkPosted(5);
+  bell.MarkPosted(4095);
+  bell.MarkPosted(64);
+  bell.MarkPosted(Doorbell::kPostedSlots);  // outside: ignored
+  bell.MarkPosted(Doorbell::kNoSlot);
+  EXPECT_TRUE(bell.AnyPosted());
+  EXPECT_THAT(take(), ::testing::UnorderedElementsAre(5u, 64u, 4095u));
+  EXPECT_FALSE(bell.AnyPosted());
+  EXPECT_THAT(take(), ::testing::IsEmpty());
+  // Whatever another process writes, every slot reported is in range.
+  bell.posted_summary.store(~uint64_t{0});
+  for (auto& w : bell.posted) w.store(~uint64_t{0});
+  EXPECT_EQ(take().size(), Doorbell::kPostedSlots);
+  EXPECT_LT(*std::max_element(taken.begin(), taken.end()), Doorbell::kPostedSlots);
 }
 
 TEST(Doorbell_Ring, WritesTheFdOnlyWhenRaised) {
@@ -79,17 +111,18 @@ TEST(Doorbell_Ring, WritesTheFdOnlyWhenRaised) {
   close(sockets[1]);
 }
 
-// One threaded worker whose only port goes to a MemoryPort nobody reads.
+// One worker whose only port goes to a MemoryPort nobody reads: threaded, or inline (workers 0:
+// each Engine::Poll() is one loop).
 class OneWorker {
  public:
-  OneWorker() {
+  explicit OneWorker(int workers = 1) {
     io::MemoryPort::Options a, b;
     a.local_ip = io::IpAddress::V4(0xc6120001);
     b.local_ip = io::IpAddress::V4(0xc6120002);
     auto [pa, pb] = io::MemoryPort::CreatePair(a, b);
     peer_ = std::move(pb);
     EngineOptions o;
-    o.workers = 1;
+    o.workers = workers;
     o.idle = IdleStrategy::kPoll;
     o.spins_before_sleep = 16;
     auto factory = [port = std::shared_ptr<io::MemoryPort>(std::move(pa))](
@@ -395,6 +428,91 @@ TEST(Doorbell_Engine, CreateConnectionOnChannelChecksTheChannel) {
               HasSubstr("rings for 2 workers"));
   EXPECT_TRUE(w.engine->CreateConnectionOnChannel(Config(), route, channel(kConnId, cq)).ok());
   EXPECT_TRUE(w.engine->DestroyConnection(kConnId).ok());
+}
+
+// An application's doorbell in the worker's hands: a connection placed with it gets a slot
+// there; the application's view of the channel, given that slot, marks it on every push; marks
+// the application writes at will name only its own connections; a connection whose doorbell
+// goes is looked at on every loop.
+TEST(Doorbell_Marks, ApplicationMarksNameOnlyItsOwnConnections) {
+  OneWorker w(/*workers=*/0);
+  ASSERT_NE(w.engine, nullptr);
+  Engine& e = *w.engine;
+  const PeerRoute route{{io::IpAddress::V4(0xc6120002)}};
+  auto polls = [&] { return e.Stats()[0].ring_polls; };
+
+  // The application's doorbell and its connection's blocks, in "shared" memory.
+  CacheAlignedBytes bell_memory = AllocateCacheAligned(sizeof(Doorbell));
+  Doorbell* bell = *Doorbell::PlaceAt(bell_memory.get(), sizeof(Doorbell));
+  const size_t cq_bytes = CompletionChannel::BytesFor(1, kCqDepth);
+  const size_t conn_bytes = ConnectionChannel::BytesFor(kDepths);
+  CacheAlignedBytes blocks = AllocateCacheAligned(cq_bytes + conn_bytes);
+  auto cq = *CompletionChannel::PlaceAt({blocks.get(), cq_bytes}, 1, kCqDepth);
+  auto placed = *ConnectionChannel::PlaceAt({blocks.get() + cq_bytes, conn_bytes}, kDepths,
+                                            kConnId, 0, cq, cq);
+  // Not attached yet: refused, naming why.
+  EXPECT_THAT(std::string(e.CreateConnectionOnChannel(Config(), route, placed,
+                                                      ObservePathEvents::kNo, bell)
+                              .message()),
+              HasSubstr("AddDoorbell first"));
+  auto fd = e.AddDoorbell(0, bell);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  close(*fd);
+  ASSERT_TRUE(
+      e.CreateConnectionOnChannel(Config(), route, placed, ObservePathEvents::kNo, bell).ok());
+  EXPECT_EQ(placed->posted_slot(), 0u);
+  // A connection of the daemon's own, marked in the worker's own doorbell, slot 0 there too.
+  core::ConnectionConfig other = Config();
+  other.local_conn_id = kConnId + 1;
+  auto own_cq = e.CreateCompletionChannel(kCqDepth);
+  auto own = e.CreateConnection(other, route, own_cq, own_cq);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ((*own)->posted_slot(), 0u);
+  EXPECT_EQ(e.Stats()[0].unmarked_connections, 0u);
+
+  // Every mark set: one look, at the application's one connection.
+  uint64_t before = polls();
+  bell->posted_summary.store(~uint64_t{0});
+  for (auto& w : bell->posted) w.store(~uint64_t{0});
+  e.Poll();
+  EXPECT_EQ(polls() - before, 2u);  // its receive ring and its send ring
+  e.Poll();
+  EXPECT_EQ(polls() - before, 2u);  // the marks were taken
+
+  // The application's view posts through its mark.
+  auto app = ConnectionChannel::AttachAt({blocks.get() + cq_bytes, conn_bytes}, kDepths, kConnId,
+                                         0);
+  ASSERT_TRUE(app.ok()) << app.status();
+  (*app)->SetPostedMark(bell, placed->posted_slot());
+  core::SendWorkRequest wr;
+  wr.wr_id = 5;
+  wr.opcode = core::WrOpcode::kSend;
+  wr.local = {0x1000, 16, 0xdeadbeef};
+  ASSERT_TRUE((*app)->sends.TryPush(wr));
+  before = polls();
+  e.Poll();
+  EXPECT_EQ(polls() - before, 2u);
+  core::Completion c;
+  ASSERT_EQ(cq->Poll(std::span<core::Completion>(&c, 1)), 1u);
+  EXPECT_EQ(c.wr_id, 5u);
+  EXPECT_EQ(c.status, core::WcStatus::kLocProtErr);
+
+  // The doorbell goes: its connection is looked at on every loop, and still served.
+  ASSERT_TRUE(e.RemoveDoorbell(0, bell).ok());
+  EXPECT_EQ(placed->posted_slot(), Doorbell::kNoSlot);
+  EXPECT_EQ(e.Stats()[0].unmarked_connections, 1u);
+  (*app)->ClearPostedMark();  // the application learns it from the daemon
+  wr.wr_id = 6;
+  ASSERT_TRUE((*app)->sends.TryPush(wr));
+  before = polls();
+  e.Poll();
+  e.Poll();
+  EXPECT_EQ(polls() - before, 4u);
+  ASSERT_EQ(cq->Poll(std::span<core::Completion>(&c, 1)), 1u);
+  EXPECT_EQ(c.wr_id, 6u);
+  EXPECT_TRUE(e.DestroyConnection(kConnId).ok());
+  EXPECT_TRUE(e.DestroyConnection(kConnId + 1).ok());
+  EXPECT_EQ(e.Stats()[0].unmarked_connections, 0u);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "lib/engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -80,10 +81,12 @@ class TwoEngines {
   // Connection id_a on A <-> id_b on B, with matching tokens.
   // `min_pto`: tests that count the packets one Poll sends need one long enough that a preempted
   // thread does not turn a stall into a retransmission.
+  // `send_queue`: the core's send queue and the send ring on both sides (0: the default).
   std::pair<std::shared_ptr<ConnectionChannel>, std::shared_ptr<ConnectionChannel>> Connect(
       uint32_t id_a, uint32_t id_b,
-      core::Duration min_pto = std::chrono::milliseconds(2)) {
+      core::Duration min_pto = std::chrono::milliseconds(2), uint32_t send_queue = 0) {
     core::ConnectionConfig ca;
+    if (send_queue > 0) ca.max_send_queue = send_queue;
     ca.path_count = 4;
     ca.mtu = 1024;
     // Threads of a loaded test machine (2 vCPUs, tests in parallel, sanitizers) can stall for
@@ -548,6 +551,188 @@ TEST(Engine_Inline, AnswerLeavesBeforeTheAckOfTheRequest) {
     auto snap = engine->Snapshot(id);
     ASSERT_TRUE(snap.ok());
     EXPECT_EQ(snap->outstanding_sends, 0u) << "connection " << id;  // acknowledged
+  }
+}
+
+// ---- which connections a loop looks at (posted marks, lib/engine/doorbell.h) ----
+
+uint64_t RingPolls(Engine& e) {
+  uint64_t n = 0;
+  for (const WorkerStats& w : e.Stats()) n += w.ring_polls;
+  return n;
+}
+
+// A request the core refuses at once (an lkey no one registered): it completes without a packet.
+core::SendWorkRequest Refused(uint64_t wr_id) {
+  core::SendWorkRequest wr;
+  wr.wr_id = wr_id;
+  wr.flags = 0;
+  wr.opcode = core::WrOpcode::kSend;
+  wr.local = {0x1000, 16, 0xdeadbeef};
+  return wr;
+}
+
+// Idle connections cost a loop nothing: only the connection posted to is looked at, once per
+// ring per loop, however many the worker holds.
+TEST(Engine_Marks, IdleConnectionsAreNotLookedAt) {
+  TwoEngines t(0);
+  constexpr uint32_t kIdle = 300;
+  std::vector<std::shared_ptr<ConnectionChannel>> channels;
+  for (uint32_t id = 1; id <= kIdle; ++id) channels.push_back(t.Connect(id, id).first);
+  const WorkerStats before = t.a->Stats()[0];
+  EXPECT_EQ(before.connections, kIdle);
+  EXPECT_EQ(before.unmarked_connections, 0u);
+  for (int i = 0; i < 1000; ++i) t.PollBoth();
+  EXPECT_EQ(RingPolls(*t.a), before.ring_polls);  // the old loop: 2 x 300 x 1000 looks
+
+  ASSERT_TRUE(channels[kIdle / 2]->sends.TryPush(Refused(77)));
+  auto c = t.Collect(*t.cq_a, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].wr_id, 77u);
+  EXPECT_EQ(c[0].status, core::WcStatus::kLocProtErr);
+  // One loop took the mark and emptied the ring: its receive ring and its send ring, once each.
+  EXPECT_EQ(RingPolls(*t.a) - before.ring_polls, 2u);
+  for (uint32_t id = 1; id <= kIdle; ++id) {
+    ASSERT_TRUE(t.a->DestroyConnection(id).ok());
+    ASSERT_TRUE(t.b->DestroyConnection(id).ok());
+  }
+}
+
+// A ring with more requests than one loop's budget (commands_per_loop, 256) is taken up again
+// by the next loop without a new mark.
+TEST(Engine_Marks, WorkBeyondTheBudgetContinuesWithoutANewMark) {
+  TwoEngines t(0);
+  auto [ca, cb] = t.Connect(5, 5, std::chrono::milliseconds(2), 1024);
+  constexpr uint64_t kRequests = 600;
+  for (uint64_t i = 0; i < kRequests; ++i) ASSERT_TRUE(ca->sends.TryPush(Refused(i)));
+  const uint64_t polls = RingPolls(*t.a);
+  for (uint64_t expected : {256u, 512u, 600u}) {
+    t.a->Poll();
+    EXPECT_EQ(t.a->Stats()[0].commands_refused, expected);
+  }
+  EXPECT_EQ(RingPolls(*t.a) - polls, 6u);
+  t.a->Poll();
+  EXPECT_EQ(RingPolls(*t.a) - polls, 6u);  // done: not looked at again
+  auto c = t.Collect(*t.cq_a, kRequests);
+  EXPECT_EQ(c.size(), kRequests);
+  EXPECT_TRUE(t.a->DestroyConnection(5).ok());
+  EXPECT_TRUE(t.b->DestroyConnection(5).ok());
+}
+
+// Requests the core has no room for stay in the ring and are retried by every loop until it
+// has, without a new mark: here the core's send queue holds 4 and 12 are posted at once.
+TEST(Engine_Marks, RequestsTheCoreHadNoRoomForGoInLater) {
+  TwoEngines t(2);
+  std::vector<std::byte> src = Pattern(12 * 1024), dst(12 * 1024);
+  auto smr = *t.a->RegisterMemory(src.data(), src.size(), 0);
+  auto dmr = *t.b->RegisterMemory(dst.data(), dst.size(),
+                                  core::access::kLocalWrite | core::access::kRemoteWrite);
+  auto [ca, cb] = t.Connect(6, 6, std::chrono::milliseconds(2), 16);
+  ASSERT_EQ(ca->sends.capacity(), 16u);
+  auto limited = std::make_shared<ConnectionChannel>(8, t.a->OwnerOf(8), 16, 16, 16, t.cq_a,
+                                                     t.cq_a);
+  // The same connection shape with a core send queue of 4 and a ring of 16.
+  core::ConnectionConfig c8;
+  c8.path_count = 4;
+  c8.mtu = 1024;
+  c8.no_progress_timeout = std::chrono::seconds(5);
+  c8.max_transmissions = 255;
+  c8.max_send_queue = 4;
+  c8.local_conn_id = 8;
+  c8.remote_conn_id = 8;
+  c8.tx_token = 0x1111000000000000ull + 8;
+  c8.rx_token = 0x2222000000000000ull + 8;
+  core::ConnectionConfig c8b = c8;
+  std::swap(c8b.tx_token, c8b.rx_token);
+  c8b.port_base = 50000;
+  // In this process: its posts mark the owner's own doorbell, as CreateConnection's do.
+  Doorbell* own = t.a->Call<Doorbell*>(t.a->OwnerOf(8),
+                                       [](Worker& w) { return &w.own_marks(); });
+  ASSERT_TRUE(t.a->CreateConnectionOnChannel(c8, PeerRoute{{t.addr_b}}, limited,
+                                             ObservePathEvents::kNo, own)
+                  .ok());
+  ASSERT_TRUE(t.b->CreateConnection(c8b, PeerRoute{{t.addr_a}}, t.cq_b, t.cq_b).ok());
+  ASSERT_NE(limited->posted_slot(), Doorbell::kNoSlot);
+  for (uint64_t i = 0; i < 12; ++i) {
+    core::SendWorkRequest wr;
+    wr.wr_id = i;
+    wr.opcode = core::WrOpcode::kWrite;
+    wr.flags = core::send_flags::kSignaled;
+    wr.local = {smr.addr + i * 1024, 1024, smr.lkey};
+    wr.remote_addr = dmr.addr + i * 1024;
+    wr.rkey = dmr.rkey;
+    ASSERT_TRUE(limited->sends.TryPush(wr));
+  }
+  t.a->Wake(limited->owner());
+  auto sent = t.Collect(*t.cq_a, 12);
+  ASSERT_EQ(sent.size(), 12u);
+  EXPECT_THAT(sent, Each(Field(&core::Completion::status, core::WcStatus::kSuccess)));
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), dst.size()), 0);
+  for (uint32_t id : {6u, 8u}) {
+    EXPECT_TRUE(t.a->DestroyConnection(id).ok());
+    EXPECT_TRUE(t.b->DestroyConnection(id).ok());
+  }
+}
+
+// Many threads post on many connections of two sleeping workers, in bursts: every request is
+// seen (a lost mark or wake-up would leave one in its ring until the test times out).
+TEST(Engine_Marks, ConcurrentPostersOnManyConnectionsLoseNothing) {
+  TwoEngines t(2);
+  constexpr int kThreads = 4;
+  constexpr uint32_t kPerThread = 16;
+  constexpr int kBursts = 50;
+  std::vector<std::shared_ptr<CompletionChannel>> cqs;
+  std::vector<std::vector<std::shared_ptr<ConnectionChannel>>> mine(kThreads);
+  for (int th = 0; th < kThreads; ++th) {
+    cqs.push_back(t.a->CreateCompletionChannel(1024));
+    for (uint32_t i = 0; i < kPerThread; ++i) {
+      const uint32_t id = 100 + th * kPerThread + i;
+      core::ConnectionConfig c;
+      c.path_count = 2;
+      c.local_conn_id = id;
+      c.remote_conn_id = id;
+      auto ch = t.a->CreateConnection(c, PeerRoute{{t.addr_b}}, cqs[th], cqs[th]);
+      ASSERT_TRUE(ch.ok()) << ch.status();
+      mine[th].push_back(*ch);
+    }
+  }
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&, th] {
+      uint64_t next = 0;
+      core::Completion out[64];
+      for (int burst = 0; burst < kBursts; ++burst) {
+        // A few connections of ours, a request or two each, then wait for all of them.
+        uint64_t posted = 0;
+        for (uint32_t i = burst % 3; i < kPerThread; i += 3) {
+          ConnectionChannel& ch = *mine[th][i];
+          for (int k = 0; k <= burst % 2; ++k, ++posted) {
+            if (!ch.sends.TryPush(Refused(next + posted))) {
+              ++failures;
+              return;
+            }
+          }
+          t.a->Wake(ch.owner());
+        }
+        uint64_t got = 0;
+        const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+        while (got < posted) {
+          got += cqs[th]->Poll(out);
+          if (std::chrono::steady_clock::now() > deadline) {
+            ++failures;
+            return;
+          }
+        }
+        next += posted;
+        if (burst % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (const auto& chans : mine) {
+    for (const auto& ch : chans) EXPECT_TRUE(t.a->DestroyConnection(ch->conn_id()).ok());
   }
 }
 
