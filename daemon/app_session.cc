@@ -856,15 +856,6 @@ bool AppSessions::HasConnection(uint32_t id) const {
   return false;
 }
 
-std::vector<uint32_t> AppSessions::ConnectionIds() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<uint32_t> ids;
-  for (const auto& [sid, s] : sessions_) {
-    for (const auto& [cid, c] : s->connections) ids.push_back(cid);
-  }
-  return ids;
-}
-
 // ---- the operator's view ----
 
 absl::StatusOr<std::pair<AppSessions::Session*, AppSessions::AppConnection*>>

@@ -145,8 +145,6 @@ class AppSessions {
   // filtered as conn.show filters.
   std::vector<control::Json> Describe(std::optional<uint32_t> id, std::string_view peer);
   bool HasConnection(uint32_t id) const;
-  // Every application connection's id (any session).
-  std::vector<uint32_t> ConnectionIds() const;
 
   // The operator's view of application connections, whatever session owns them. NotFound
   // ("no connection ID") for an id that is not an application connection.

@@ -237,6 +237,7 @@ absl::StatusOr<Json> ConnectionManager::Add(const Json& params) {
   };
   o.send_cq = o.recv_cq = cq_.get();
   o.max_send_queue = o.max_recv_queue = kDaemonConnectionQueueDepth;
+  o.path_events_to_observer = true;  // the path manager reads them all at once
   o.path_count = static_cast<uint16_t>(*paths);
   o.profile = *profile;
   o.keep_exchange_socket = true;
@@ -365,6 +366,7 @@ absl::StatusOr<api::ConnectOptions> ConnectionManager::Decide(
   }
   o.send_cq = o.recv_cq = cq_.get();
   o.max_send_queue = o.max_recv_queue = kDaemonConnectionQueueDepth;
+  o.path_events_to_observer = true;
   o.path_count = request.path_count;
   o.profile = request.profile;
   o.ordered_completion = request.ordered_completion;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 #include <span>
 #include <utility>
 
@@ -46,29 +45,31 @@ void PathManager::SetPolicy(const PathPolicy& policy) {
 }
 
 void PathManager::Tick() {
+  // Every connection's events from the engine's observer rings (header): the daemon's own and
+  // copies of the applications'. Nothing here visits the connections.
   std::vector<core::PathEvent> drained;
-  std::set<uint32_t> live;
-  connections_.ForEach([&](ManagedConnection& mc) {
-    live.insert(mc.id);
-    core::PathEvent buf[64];
-    size_t n = 0;
-    while ((n = mc.conn->PollEvents(std::span<core::PathEvent>(buf))) > 0) {
-      drained.insert(drained.end(), buf, buf + n);
-    }
-  });
-  // Applications' connections: copies, theirs stay in their rings (header).
   core::PathEvent buf[64];
   size_t n = 0;
   while ((n = apps_.PollPathEvents(std::span<core::PathEvent>(buf))) > 0) {
     drained.insert(drained.end(), buf, buf + n);
   }
-  for (uint32_t id : apps_.ConnectionIds()) live.insert(id);
-  absl::MutexLock lock(&mu_);
-  for (const core::PathEvent& e : drained) Record(e);
-  // The record of a deleted connection goes with it.
-  for (auto it = events_.begin(); it != events_.end();) {
-    it = live.contains(it->first) ? std::next(it) : events_.erase(it);
+  const absl::Time now = absl::Now();
+  std::vector<uint32_t> recorded;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const core::PathEvent& e : drained) Record(e);
+    if (now < next_prune_ || events_.empty()) return;
+    next_prune_ = now + kPruneEvery;
+    for (const auto& [id, q] : events_) recorded.push_back(id);
   }
+  // The record of a deleted connection goes with it, looked for among the connections that have
+  // a record (ids are never reused: one deleted now is not recorded again).
+  std::vector<uint32_t> deleted;
+  for (uint32_t id : recorded) {
+    if (!Exists(id)) deleted.push_back(id);
+  }
+  absl::MutexLock lock(&mu_);
+  for (uint32_t id : deleted) events_.erase(id);
 }
 
 void PathManager::Record(const core::PathEvent& e) {

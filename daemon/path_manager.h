@@ -15,18 +15,21 @@
 //
 // Every connection on the host, the daemon's own (ConnectionManager) and the attached
 // applications' (AppSessions), is shown, rotated and recorded alike; an id is looked up among
-// the daemon's first, then the applications'. Their path events reach the record differently:
-//   - the daemon's connections are the daemon's: their event rings are drained here
-//     (api::Connection::PollEvents);
+// the daemon's first, then the applications'. Their path events all reach the record through the
+// engine's observer rings (lib/engine/engine.h), drained here through AppSessions::
+// PollPathEvents, so that a tick costs what the events do and nothing per connection held:
+//   - the daemon's connections are the daemon's: they are made with
+//     api::ConnectOptions::path_events_to_observer (engine::ObservePathEvents::kOnly), and their
+//     events go to the observer rings only;
 //   - an application's connection's event ring is the application's to consume
 //     (Connection::PollEvents in its process), so the daemon must not drain it. Instead the
 //     daemon creates application connections with engine::ObservePathEvents::kYes: their owner
-//     worker puts a copy of every event into its observer ring (lib/engine/engine.h), drained
-//     here through AppSessions::PollPathEvents. The application loses nothing and the record
-//     misses nothing but what a full observer ring dropped (counted per worker,
-//     observed_events_dropped). Chosen over an engine callback (it would run on the worker
-//     thread and take the daemon's locks on the data path) and over polling each connection
-//     through the control queue (a worker wake-up per connection every tick).
+//     worker puts a copy of every event into its observer ring.
+// The record misses nothing but what a full observer ring dropped (counted per worker,
+// observed_events_dropped). Chosen over an engine callback (it would run on the worker thread
+// and take the daemon's locks on the data path) and over polling each connection through the
+// control queue (a worker wake-up per connection every tick). The records of deleted
+// connections are dropped once a second.
 //
 // Threading: Tick() from the daemon's main loop; the methods from the control server's thread;
 // internally locked.
@@ -75,6 +78,8 @@ class PathManager {
   absl::StatusOr<control::Json> Events(const control::Json& params);
 
  private:
+  static constexpr absl::Duration kPruneEvery = absl::Seconds(1);
+
   void Record(const core::PathEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The connection `id`, the daemon's or an application's: NotFound naming it otherwise.
   absl::StatusOr<api::ConnectionStats> StatsOf(uint32_t id);
@@ -87,6 +92,7 @@ class PathManager {
   PathPolicy policy_ ABSL_GUARDED_BY(mu_);
   absl::Time started_;
   std::map<uint32_t, std::deque<control::Json>> events_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_prune_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace metaroce::daemon

@@ -315,6 +315,11 @@ absl::StatusOr<ConnectionBinding> AttachedBackend::CreateConnection(
     return absl::InvalidArgumentError(
         "an attached context's connections need completion queues of that context");
   }
+  if (o.path_events_to_observer) {
+    return absl::InvalidArgumentError(
+        "path_events_to_observer: an attached context's path events are its connections' (the "
+        "daemon observes them)");
+  }
   const engine::ConnectionChannel::Depths depths{ours.max_send_queue, ours.max_recv_queue,
                                                  app::kDefaultEventDepth};
   ExchangeMessage m;

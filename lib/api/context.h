@@ -112,6 +112,12 @@ struct ConnectOptions {
   // (Connection::TakeExchangeSocket): a channel beside the connection, e.g. for a daemon's
   // liveness and teardown messages. Closed with the connection otherwise.
   bool keep_exchange_socket = false;
+  // Embedded contexts only (an attached one refuses it): the connection's path events go to the
+  // engine's observer rings (engine::ObservePathEvents::kOnly, Engine::PollObservedEvents)
+  // instead of the connection, whose PollEvents then finds none. For a host's operator side that
+  // reads the events of all its connections at once (metaroced's path manager) rather than
+  // visiting each connection.
+  bool path_events_to_observer = false;
 };
 
 // Context::Attach: where metaroced is and who we are.

@@ -96,7 +96,9 @@ absl::StatusOr<ConnectionBinding> EmbeddedBackend::CreateConnection(
   const core::ConnectionConfig config = MakeConnectionConfig(ours, peer, o.tuning);
   engine::PeerRoute route{peer.plane_addresses};
   absl::StatusOr<std::shared_ptr<engine::ConnectionChannel>> ch = engine_->CreateConnection(
-      config, route, o.send_cq->channel_, o.recv_cq->channel_);
+      config, route, o.send_cq->channel_, o.recv_cq->channel_,
+      o.path_events_to_observer ? engine::ObservePathEvents::kOnly
+                                : engine::ObservePathEvents::kNo);
   if (!ch.ok()) return ch.status();
   ConnectionBinding b;
   b.wake.engine = engine_.get();

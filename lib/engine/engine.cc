@@ -254,7 +254,8 @@ std::shared_ptr<CompletionChannel> Engine::CreateCompletionChannel(size_t depth)
 
 absl::StatusOr<std::shared_ptr<ConnectionChannel>> Engine::CreateConnection(
     const core::ConnectionConfig& config, const PeerRoute& route,
-    std::shared_ptr<CompletionChannel> send_cq, std::shared_ptr<CompletionChannel> recv_cq) {
+    std::shared_ptr<CompletionChannel> send_cq, std::shared_ptr<CompletionChannel> recv_cq,
+    ObservePathEvents observe) {
   if (send_cq == nullptr || recv_cq == nullptr) {
     return absl::InvalidArgumentError("a connection needs a send and a receive completion queue");
   }
@@ -262,10 +263,12 @@ absl::StatusOr<std::shared_ptr<ConnectionChannel>> Engine::CreateConnection(
     return absl::InvalidArgumentError(absl::StrCat("connection uses ", config.plane_count,
                                                    " planes; the engine has ", options_.planes));
   }
+  // An observer-only connection's own event ring is never written: the smallest there is.
+  const size_t event_depth = observe == ObservePathEvents::kOnly ? 2 : options_.event_depth;
   auto channel = std::make_shared<ConnectionChannel>(
       config.local_conn_id, OwnerOf(config.local_conn_id), config.max_send_queue,
-      config.max_recv_queue, options_.event_depth, std::move(send_cq), std::move(recv_cq));
-  if (absl::Status s = CreateConnectionOnChannel(config, route, channel, ObservePathEvents::kNo,
+      config.max_recv_queue, event_depth, std::move(send_cq), std::move(recv_cq));
+  if (absl::Status s = CreateConnectionOnChannel(config, route, channel, observe,
                                                  &workers_[channel->owner()]->own_marks());
       !s.ok()) {
     return s;
@@ -301,8 +304,7 @@ absl::Status Engine::CreateConnectionOnChannel(const core::ConnectionConfig& con
   }
   return Call<absl::Status>(
       owner, [&config, &route, channel = std::move(channel), observe, posted_marks](Worker& w) {
-        return w.AddConnection(config, route, channel, observe == ObservePathEvents::kYes,
-                               posted_marks);
+        return w.AddConnection(config, route, channel, observe, posted_marks);
       });
 }
 

@@ -50,7 +50,10 @@
 // host's operator side (the daemon's path manager) drains with PollObservedEvents: the daemon
 // records the events of connections it does not consume (applications') without taking them
 // from their owner. A full observer ring drops the copy and counts it
-// (WorkerStats::observed_events_dropped); the application's own ring is not affected.
+// (WorkerStats::observed_events_dropped); the application's own ring is not affected. With
+// ObservePathEvents::kOnly the events go to the observer ring alone (the connection's own ring
+// stays empty): the daemon's own connections, whose events only the daemon reads, so that it
+// reads them all from one place instead of visiting every connection.
 #pragma once
 
 #include <atomic>
@@ -105,9 +108,6 @@ struct EngineOptions {
   // Each worker's observer ring (copies of observed connections' path events).
   uint32_t observed_event_depth = 1024;
 };
-
-// Whether a connection's path events are also copied to the engine's observer rings.
-enum class ObservePathEvents : uint8_t { kNo, kYes };
 
 // A region of another process to register: its addresses there, its bytes mapped here.
 struct MappedRegion {
@@ -166,12 +166,13 @@ class Engine {
   // channel is the application's handle for the data path.
   absl::StatusOr<std::shared_ptr<ConnectionChannel>> CreateConnection(
       const core::ConnectionConfig& config, const PeerRoute& route,
-      std::shared_ptr<CompletionChannel> send_cq, std::shared_ptr<CompletionChannel> recv_cq);
+      std::shared_ptr<CompletionChannel> send_cq, std::shared_ptr<CompletionChannel> recv_cq,
+      ObservePathEvents observe = ObservePathEvents::kNo);
   // The same, on a channel the caller made (e.g. ConnectionChannel::PlaceAt in memory shared
   // with an application): its conn_id must be config.local_conn_id, its owner
   // OwnerOf(local_conn_id), and its completion channels must have workers() rings each. With
-  // ObservePathEvents::kYes its path events are copied to the observer rings too.
-  // `posted_marks`: the doorbell its posters mark (lib/engine/doorbell.h), attached to the owner
+  // ObservePathEvents::kYes its path events are copied to the observer rings too (kOnly: go
+  // there instead). `posted_marks`: the doorbell its posters mark (lib/engine/doorbell.h), attached to the owner
   // worker (AddDoorbell), typically the application's; the owner gives the connection a slot in
   // it and sets the channel's mark (ConnectionChannel::posted_slot(), to tell the application,
   // which sets the same mark on its view: SetPostedMark). Without one, nothing tells the owner

@@ -521,9 +521,13 @@ void Worker::DeliverEvents(OwnedConnection& oc) {
   size_t n;
   while ((n = oc.conn->PollEvents(events)) > 0) {
     for (size_t i = 0; i < n; ++i) {
-      if (!oc.channel->events.TryPush(events[i])) oc.channel->CountDroppedEvent();
+      if (oc.observe != ObservePathEvents::kOnly && !oc.channel->events.TryPush(events[i])) {
+        oc.channel->CountDroppedEvent();
+      }
       // A copy for the operator: the application's ring is the application's to consume.
-      if (oc.observed && !observed_events_.TryPush(events[i])) ++stats_.observed_events_dropped;
+      if (oc.observe != ObservePathEvents::kNo && !observed_events_.TryPush(events[i])) {
+        ++stats_.observed_events_dropped;
+      }
     }
   }
 }
@@ -629,7 +633,8 @@ void Worker::Sleep() {
 // ---- control path (owner thread) ----
 
 absl::Status Worker::AddConnection(const core::ConnectionConfig& config, const PeerRoute& route,
-                                   std::shared_ptr<ConnectionChannel> channel, bool observed,
+                                   std::shared_ptr<ConnectionChannel> channel,
+                                   ObservePathEvents observe,
                                    Doorbell* posted_marks) {
   if (route.plane_addresses.size() < config.plane_count || config.plane_count > ports_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -654,7 +659,7 @@ absl::Status Worker::AddConnection(const core::ConnectionConfig& config, const P
   oc.conn = *conn;
   oc.channel = std::move(channel);
   oc.route = route;
-  oc.observed = observed;
+  oc.observe = observe;
   if (table == nullptr || !TakeSlot(*table, oc)) {
     unmarked_.push_back(&oc);
     ++stats_.unmarked_connections;

@@ -81,6 +81,14 @@ struct WorkerOptions {
   uint32_t observed_event_depth = 1024;
 };
 
+// Whether a connection's path events are also copied to the worker's observer ring
+// (Worker::observed_events, Engine::PollObservedEvents), or go only there.
+enum class ObservePathEvents : uint8_t {
+  kNo,    // the connection's event ring only
+  kYes,   // its ring, and a copy in the observer ring
+  kOnly,  // the observer ring only: its own ring stays empty
+};
+
 // Where a connection's peer is: its address on each plane (index = plane).
 struct PeerRoute {
   std::vector<io::IpAddress> plane_addresses;
@@ -176,14 +184,15 @@ class Worker {
 
   // ---- Owner thread only (control tasks) ----
   core::Endpoint& endpoint() { return endpoint_; }
-  // `observed`: the connection's path events are copied to observed_events() too.
+  // `observe`: whether the connection's path events go to observed_events() too, or only.
   // `posted_marks`: the doorbell the channel's posters mark (doorbell.h), which must be this
   // worker's own (doorbell()) or attached here (AddDoorbell); the worker gives the connection a
   // slot in it and sets the channel's mark (ConnectionChannel::SetPostedMark). Null: no one
   // marks it, and its rings are looked at on every loop (as when the doorbell's slots are all
   // taken).
   absl::Status AddConnection(const core::ConnectionConfig& config, const PeerRoute& route,
-                             std::shared_ptr<ConnectionChannel> channel, bool observed = false,
+                             std::shared_ptr<ConnectionChannel> channel,
+                             ObservePathEvents observe = ObservePathEvents::kNo,
                              Doorbell* posted_marks = nullptr);
   absl::Status RemoveConnection(uint32_t conn_id);
   absl::StatusOr<ConnectionSnapshot> Snapshot(uint32_t conn_id);
@@ -245,7 +254,7 @@ class Worker {
     core::Connection* conn = nullptr;
     std::shared_ptr<ConnectionChannel> channel;
     PeerRoute route;
-    bool observed = false;             // path events are copied to observed_events_
+    ObservePathEvents observe = ObservePathEvents::kNo;  // where its path events go
     PublishedState published;
     MarkTable* marks = nullptr;        // where its posters mark it; null: in unmarked_
     uint32_t slot = Doorbell::kNoSlot;

@@ -278,6 +278,36 @@ TEST(Engine_Events, ObservedConnectionsCopyTheirEventsToTheObserver) {
   EXPECT_TRUE(t.a->DestroyConnection(3).ok());
 }
 
+// An observer-only connection's events go to the observer rings and nowhere else: its own event
+// ring (the smallest there is) stays empty and drops nothing.
+TEST(Engine_Events, ObserverOnlyConnectionsLeaveTheirOwnRingEmpty) {
+  TwoEngines t(2);
+  core::ConnectionConfig c;
+  c.path_count = 2;
+  c.local_conn_id = 3;
+  c.remote_conn_id = 3;
+  auto ch = t.a->CreateConnection(c, PeerRoute{{t.addr_b}}, t.cq_a, t.cq_a,
+                                  ObservePathEvents::kOnly);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  EXPECT_EQ((*ch)->events.capacity(), 2u);
+  for (uint16_t path : {0, 1}) ASSERT_TRUE(t.a->RequestRotation(3, path).ok());
+  std::vector<core::PathEvent> copies;
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (copies.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    core::PathEvent buf[8];
+    copies.insert(copies.end(), buf, buf + t.a->PollObservedEvents(buf));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GE(copies.size(), 2u);  // the two rotations
+  EXPECT_THAT(copies, Each(Field(&core::PathEvent::conn_id, 3u)));
+  core::PathEvent e;
+  EXPECT_FALSE((*ch)->events.TryPop(e));
+  auto snap = t.a->Snapshot(3);
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->events_dropped, 0u);
+  EXPECT_TRUE(t.a->DestroyConnection(3).ok());
+}
+
 // 1000 Writes and Sends over two connections, one owned by each worker on both engines.
 TEST(Engine_DataPath, ThousandWritesAndSendsAcrossTwoWorkers) {
   TwoEngines t(2);
