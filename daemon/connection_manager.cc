@@ -1,9 +1,10 @@
 #include "daemon/connection_manager.h"
 
-#include <poll.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -26,6 +27,8 @@ using control::Json;
 constexpr std::string_view kHeartbeat = "heartbeat";
 constexpr std::string_view kGoodbye = "goodbye";
 constexpr std::string_view kDaemonKind = "metaroced";
+// In the private data: this daemon shares one heartbeat among all its links to a peer (header).
+constexpr std::string_view kPerPeerLiveness = "per_peer";
 // A link operation never blocks the table for longer than this.
 constexpr absl::Duration kLinkIo = absl::Milliseconds(100);
 
@@ -50,7 +53,26 @@ std::vector<std::byte> DaemonPrivateData() {
   j["host"] = HostName();
   j["pid"] = static_cast<int64_t>(getpid());
   j["regions"] = Json::MakeArray();
+  j["liveness"] = kPerPeerLiveness;
   return Bytes(j.Dump());
+}
+
+// The peer daemon a connection shares its liveness with: its address and identity (host and
+// pid: a restarted daemon is another peer), or empty when the peer does not share heartbeats.
+std::string PeerDaemonKey(std::string_view address, std::span<const std::byte> private_data) {
+  const std::string_view text(reinterpret_cast<const char*>(private_data.data()),
+                              private_data.size());
+  absl::StatusOr<Json> j = Json::Parse(text);
+  if (!j.ok()) return "";
+  const Json* liveness = j->Find("liveness");
+  if (liveness == nullptr || liveness->AsString() != kPerPeerLiveness) return "";
+  const Json* host = j->Find("host");
+  const Json* pid = j->Find("pid");
+  std::string key(address);
+  key += ' ';
+  if (host != nullptr) key += std::string(host->AsString().value_or(""));
+  absl::StrAppend(&key, " pid ", pid != nullptr ? pid->AsInt().value_or(0) : 0);
+  return key;
 }
 
 absl::Status CheckPeerIsDaemon(std::span<const std::byte> private_data) {
@@ -140,6 +162,8 @@ absl::Status ConnectionManager::Start() {
   }
   listener_ = *std::move(l);
   bound_port_ = listener_->port();
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) return absl::ErrnoToStatus(errno, "epoll for the connections' links");
   stop_ = false;
   listen_thread_ = std::thread([this] { ListenLoop(); });
   liveness_thread_ = std::thread([this] { LivenessLoop(); });
@@ -156,6 +180,11 @@ void ConnectionManager::Stop() {
     absl::MutexLock lock(&mu_);
     all.swap(table_);
   }
+  {
+    absl::MutexLock lock(&mu_);
+    peers_.clear();
+    own_heartbeats_.clear();
+  }
   for (auto& [id, mc] : all) {
     if (mc->link.fd() >= 0) {
       mc->link.SendMessage(Bytes(kGoodbye), absl::Now() + kLinkIo).IgnoreError();
@@ -163,6 +192,10 @@ void ConnectionManager::Stop() {
     mc->conn->Abort().IgnoreError();
   }
   all.clear();  // connections leave the engine before the context does
+  if (epoll_fd_ >= 0) {
+    close(epoll_fd_);
+    epoll_fd_ = -1;
+  }
 }
 
 void ConnectionManager::SetLimits(const ConnectionLimits& limits) {
@@ -272,14 +305,48 @@ Json ConnectionManager::Insert(std::unique_ptr<api::Connection> conn, std::strin
   mc->profile = std::string(conn->local_parameters().profile.Name());
   mc->created_s = absl::ToDoubleSeconds(absl::Now() - options_.started);
   mc->link = std::move(link);
+  mc->peer_daemon = PeerDaemonKey(mc->peer, conn->peer_private_data());
   mc->last_heard = absl::Now();
   mc->conn = std::move(conn);
   Json described = Describe(*mc);
   options_.log(absl::StrCat("connection ", mc->id, " to ", mc->peer, " (its ", mc->peer_id,
                             "), ", mc->paths, " paths, ", mc->profile));
   absl::MutexLock lock(&mu_);
-  table_[mc->id] = std::move(mc);
+  ManagedConnection& m = *mc;
+  table_[m.id] = std::move(mc);
+  if (m.link.fd() >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = m.id;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, m.link.fd(), &ev) != 0) {
+      MarkGone(m, absl::StrCat("its link cannot be watched (epoll: ", std::strerror(errno), ")"));
+    } else if (m.peer_daemon.empty()) {
+      own_heartbeats_.insert(m.id);
+    } else {
+      Peer& peer = peers_[m.peer_daemon];
+      peer.last_heard = m.last_heard;  // the exchange just now is word from it
+      peer.links.insert(m.id);
+    }
+  }
   return described;
+}
+
+void ConnectionManager::ForgetLink(ManagedConnection& mc) {
+  if (mc.link.fd() < 0) return;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, mc.link.fd(), nullptr);
+  if (mc.peer_daemon.empty()) {
+    own_heartbeats_.erase(mc.id);
+    return;
+  }
+  auto it = peers_.find(mc.peer_daemon);
+  if (it == peers_.end()) return;
+  it->second.links.erase(mc.id);
+  if (it->second.links.empty()) peers_.erase(it);
+}
+
+void ConnectionManager::DropLink(ManagedConnection& mc) {
+  ForgetLink(mc);
+  mc.link = api::ExchangeSocket();
 }
 
 absl::StatusOr<Json> ConnectionManager::Delete(const Json& params) {
@@ -293,6 +360,7 @@ absl::StatusOr<Json> ConnectionManager::Delete(const Json& params) {
     if (*id > UINT32_MAX || it == table_.end()) {
       return absl::NotFoundError(absl::StrCat("no connection ", *id));
     }
+    ForgetLink(*it->second);  // its socket stays open for the goodbye
     mc = std::move(it->second);
     table_.erase(it);
   }
@@ -401,32 +469,69 @@ void ConnectionManager::ListenLoop() {
 void ConnectionManager::MarkGone(ManagedConnection& mc, std::string why) {
   if (!mc.gone.empty()) return;
   mc.gone = std::move(why);
-  mc.link = api::ExchangeSocket();
+  DropLink(mc);
   mc.conn->Abort().IgnoreError();
   options_.log(absl::StrCat("connection ", mc.id, " to ", mc.peer, ": ", mc.gone,
                             "; outstanding work flushed"));
 }
 
+bool ConnectionManager::Heartbeat(ManagedConnection& mc,
+                                  std::vector<std::unique_ptr<ManagedConnection>>& closed) {
+  if (mc.link.fd() < 0) return false;
+  if (mc.link.SendMessage(Bytes(kHeartbeat), absl::Now() + kLinkIo).ok()) return true;
+  // The peer closed its end: after a goodbye still unread (conn.del right after conn.add races
+  // our heartbeat), or without one (it is gone).
+  if (ReadLink(mc) == LinkMessage::kGoodbye) {
+    auto it = table_.find(mc.id);
+    closed.push_back(std::move(it->second));
+    table_.erase(it);
+    return false;
+  }
+  MarkGone(mc, "peer daemon unreachable (it closed the connection's link)");
+  return false;
+}
+
 std::vector<std::unique_ptr<ManagedConnection>> ConnectionManager::SendHeartbeats() {
   std::vector<std::unique_ptr<ManagedConnection>> closed;
-  for (auto it = table_.begin(); it != table_.end();) {
-    ManagedConnection& mc = *it->second;
-    if (mc.link.fd() < 0 ||
-        mc.link.SendMessage(Bytes(kHeartbeat), absl::Now() + kLinkIo).ok()) {
-      ++it;
-      continue;
+  // One per peer daemon, on the link after the last one used (any of them, if that fails).
+  std::vector<std::string> keys;
+  keys.reserve(peers_.size());
+  for (const auto& [key, peer] : peers_) keys.push_back(key);
+  for (const std::string& key : keys) {
+    for (size_t attempts = 0;; ++attempts) {
+      auto p = peers_.find(key);  // gone with its last link
+      if (p == peers_.end() || attempts >= p->second.links.size()) break;
+      Peer& peer = p->second;
+      auto next = peer.links.upper_bound(peer.last_beat);
+      if (next == peer.links.end()) next = peer.links.begin();
+      peer.last_beat = *next;
+      auto it = table_.find(*next);
+      if (it != table_.end() && Heartbeat(*it->second, closed)) break;
     }
-    // The peer closed its end: after a goodbye still unread (conn.del right after conn.add
-    // races our heartbeat), or without one (it is gone).
-    if (ReadLink(mc) == LinkMessage::kGoodbye) {
-      closed.push_back(std::move(it->second));
-      it = table_.erase(it);
-      continue;
-    }
-    MarkGone(mc, "peer daemon unreachable (it closed the connection's link)");
-    ++it;
+  }
+  // One per connection whose peer does not share them.
+  const std::vector<uint32_t> own(own_heartbeats_.begin(), own_heartbeats_.end());
+  for (uint32_t id : own) {
+    if (auto it = table_.find(id); it != table_.end()) Heartbeat(*it->second, closed);
   }
   return closed;
+}
+
+void ConnectionManager::FailSilentPeers(absl::Time now) {
+  const absl::Duration dead = options_.dead_peer_timeout;
+  std::vector<std::pair<uint32_t, absl::Duration>> silent;
+  for (const auto& [key, peer] : peers_) {
+    if (now - peer.last_heard <= dead) continue;
+    for (uint32_t id : peer.links) silent.emplace_back(id, now - peer.last_heard);
+  }
+  for (uint32_t id : own_heartbeats_) {
+    const ManagedConnection& mc = *table_.at(id);
+    if (now - mc.last_heard > dead) silent.emplace_back(id, now - mc.last_heard);
+  }
+  for (const auto& [id, quiet] : silent) {
+    MarkGone(*table_.at(id), absl::StrCat("no word from the peer daemon for ",
+                                          absl::FormatDuration(quiet)));
+  }
 }
 
 ConnectionManager::LinkMessage ConnectionManager::ReadLink(ManagedConnection& mc) {
@@ -437,40 +542,28 @@ ConnectionManager::LinkMessage ConnectionManager::ReadLink(ManagedConnection& mc
   }
   const std::string_view text(reinterpret_cast<const char*>(m->data()), m->size());
   if (text != kGoodbye) {
+    // Word from the peer daemon: for this connection, or for all that share its liveness.
     mc.last_heard = absl::Now();
+    if (auto p = peers_.find(mc.peer_daemon); p != peers_.end()) p->second.last_heard = mc.last_heard;
     return LinkMessage::kHeartbeat;
   }
   // The peer deleted its side: ours goes too.
   options_.log(absl::StrCat("connection ", mc.id, " to ", mc.peer, " deleted by the peer"));
-  mc.link = api::ExchangeSocket();
+  DropLink(mc);
   mc.conn->Abort().IgnoreError();
   return LinkMessage::kGoodbye;
 }
 
 void ConnectionManager::ServeLinks(absl::Duration wait) {
-  std::vector<pollfd> fds;
-  std::vector<uint32_t> ids;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& [id, mc] : table_) {
-      if (mc->link.fd() < 0) continue;
-      fds.push_back(pollfd{mc->link.fd(), POLLIN, 0});
-      ids.push_back(id);
-    }
-  }
-  if (fds.empty()) {
-    absl::SleepFor(wait);
-    return;
-  }
-  const int rc = poll(fds.data(), fds.size(), static_cast<int>(absl::ToInt64Milliseconds(wait)));
-  if (rc <= 0) return;
+  epoll_event ready[256];
+  const int n = epoll_wait(epoll_fd_, ready, 256, static_cast<int>(absl::ToInt64Milliseconds(wait)));
+  if (n <= 0) return;
   std::vector<std::unique_ptr<ManagedConnection>> closed;
   {
     absl::MutexLock lock(&mu_);
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      auto it = table_.find(ids[i]);
-      if (it == table_.end() || it->second->link.fd() != fds[i].fd) continue;  // deleted meanwhile
+    for (int i = 0; i < n; ++i) {
+      auto it = table_.find(ready[i].data.u32);
+      if (it == table_.end() || it->second->link.fd() < 0) continue;  // deleted, or gone, meanwhile
       if (ReadLink(*it->second) == LinkMessage::kGoodbye) {
         closed.push_back(std::move(it->second));
         table_.erase(it);
@@ -483,23 +576,17 @@ void ConnectionManager::ServeLinks(absl::Duration wait) {
 void ConnectionManager::LivenessLoop() {
   absl::Time next_beat = absl::Now();
   while (!stop_.load()) {
-    absl::Duration beat, dead;
+    absl::Duration beat;
     std::vector<std::unique_ptr<ManagedConnection>> closed;
     {
       absl::MutexLock lock(&mu_);
       beat = options_.heartbeat;
-      dead = options_.dead_peer_timeout;
       const absl::Time now = absl::Now();
       if (now >= next_beat) {
         closed = SendHeartbeats();
         next_beat = now + beat;
       }
-      for (auto& [id, mc] : table_) {
-        if (mc->gone.empty() && now - mc->last_heard > dead) {
-          MarkGone(*mc, absl::StrCat("no word from the peer daemon for ",
-                                     absl::FormatDuration(now - mc->last_heard)));
-        }
-      }
+      FailSilentPeers(now);
     }
     closed.clear();  // destroyed outside the lock
     ServeLinks(std::min(beat, absl::Milliseconds(50)));

@@ -5,9 +5,18 @@
 // ports, planes, MTU, initial PSNs, tokens, and, in the private data, the daemon's identity and
 // the memory regions it advertises); the peer's listener thread accepts it. Both sides then hold
 // the connection in their tables under their own ids. The TCP socket of the exchange is kept
-// open as the pair's liveness channel: a peer daemon that goes away (EOF, reset, or no heartbeat
-// for `dead_peer_timeout`) fails the connection, which flushes its outstanding work with
-// WR_FLUSH_ERR; conn.del sends a goodbye on it so that the peer tears its side down too.
+// open as the connection's *link*: a peer daemon that goes away (EOF or reset on the link, or no
+// heartbeat for `dead_peer_timeout`) fails the connection, which flushes its outstanding work
+// with WR_FLUSH_ERR; conn.del sends a goodbye on it so that the peer tears its side down too.
+//
+// Liveness is a property of the peer daemon, not of each connection, and what it costs must not
+// grow with the connections a daemon holds (thousands per host, idle): two daemons that both say
+// so in their exchange (`"liveness": "per_peer"` in the private data) send one heartbeat per
+// heartbeat period per peer, on one of their links in turn, and anything heard on any link of the
+// peer counts for all of them; a peer silent for dead_peer_timeout fails all its connections at
+// once. With a peer that does not say so (an older daemon), a connection keeps heartbeats of its
+// own, as before. Links are read when the kernel says they are readable (epoll), so an idle link
+// costs nothing between heartbeats.
 //
 // Limits (max connections, max paths per connection) refuse with resource_exhausted and say
 // which limit and its value.
@@ -21,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,7 +73,10 @@ struct ManagedConnection {
   double created_s = 0;
   std::unique_ptr<api::Connection> conn;
   api::ExchangeSocket link;               // the exchange's TCP socket, kept: liveness, goodbye
-  absl::Time last_heard;
+  // The peer daemon this connection's liveness is shared with (ConnectionManager::Peer), or
+  // empty: its own heartbeats (a peer that does not share them).
+  std::string peer_daemon;
+  absl::Time last_heard;                  // own heartbeats only
   std::string gone;                       // why the peer is considered gone (empty: it is not)
 };
 
@@ -113,21 +126,44 @@ class ConnectionManager {
   // The peer is gone: abort (outstanding work flushes) and close the link; the entry stays, in
   // error, until conn.del.
   void MarkGone(ManagedConnection& mc, std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The link leaves the liveness bookkeeping (epoll, its peer's or the own-heartbeat set); the
+  // socket stays open (a goodbye may still be sent on it). DropLink also closes it.
+  void ForgetLink(ManagedConnection& mc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropLink(ManagedConnection& mc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the links the kernel says are readable, waiting up to `wait` for one.
   void ServeLinks(absl::Duration wait);
-  // Heartbeats every live link; returns the connections whose peer said goodbye meanwhile
-  // (out of the table, to be destroyed outside the lock).
+  // Sends the period's heartbeats: one per peer daemon (on its links in turn) and one per
+  // connection with heartbeats of its own; returns the connections whose peer said goodbye
+  // meanwhile (out of the table, to be destroyed outside the lock).
   std::vector<std::unique_ptr<ManagedConnection>> SendHeartbeats()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A heartbeat on mc's link. False when the link failed (mc is then gone, or in `closed` after
+  // a goodbye, erased from the table).
+  bool Heartbeat(ManagedConnection& mc, std::vector<std::unique_ptr<ManagedConnection>>& closed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the connections of every peer (and each connection with its own heartbeats) silent for
+  // longer than dead_peer_timeout.
+  void FailSilentPeers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   enum class LinkMessage { kHeartbeat, kGoodbye, kGone };
   // Reads one message from a readable link: a heartbeat (the peer is alive), a goodbye (the
   // connection is aborted; the caller removes it) or a failure (MarkGone).
   LinkMessage ReadLink(ManagedConnection& mc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // A peer daemon whose heartbeats are shared by its connections' links.
+  struct Peer {
+    absl::Time last_heard;
+    std::set<uint32_t> links;  // connections with a live link to it
+    uint32_t last_beat = 0;    // the link of the last heartbeat: the next goes on the one after
+  };
+
   api::Context& context_;
   ConnectionManagerOptions options_;
   uint16_t bound_port_ = 0;
+  int epoll_fd_ = -1;  // every live link, data = connection id
   mutable absl::Mutex mu_;
   std::map<uint32_t, std::unique_ptr<ManagedConnection>> table_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);  // by ManagedConnection::peer_daemon
+  std::set<uint32_t> own_heartbeats_ ABSL_GUARDED_BY(mu_);  // live links with their own beats
   size_t adding_ ABSL_GUARDED_BY(mu_) = 0;  // conn.add exchanges under way (they run in parallel)
   std::unique_ptr<api::CompletionQueue> cq_;  // shared: daemon-made connections post no work
   std::unique_ptr<api::Listener> listener_;

@@ -1,0 +1,197 @@
+// ConnectionManager's liveness against a stand-in peer daemon: a Context whose Listener accepts
+// as a daemon does (its identity in the private data), keeps each connection's link, and writes
+// heartbeats on the links the test names. Both contexts run over MemoryPort pairs; the exchange
+// and the links are TCP on 127.0.0.1.
+#include "daemon/connection_manager.h"
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/io/memory_port.h"
+
+namespace metaroce::daemon {
+namespace {
+
+using control::Json;
+
+// Long enough that a loaded machine (2 vCPUs, tests in parallel, sanitizers) does not stall a
+// heartbeat past it.
+constexpr absl::Duration kBeat = absl::Milliseconds(20);
+constexpr absl::Duration kDead = absl::Seconds(1);
+
+api::ContextOptions Options(const char* ip) {
+  api::ContextOptions o;
+  o.planes = {{"mem0", ip}};
+  o.port_kind = api::PortKind::kMemory;
+  o.workers = 1;
+  o.mtu = 1024;
+  return o;
+}
+
+std::vector<std::byte> Bytes(std::string_view s) {
+  std::vector<std::byte> v(s.size());
+  std::memcpy(v.data(), s.data(), s.size());
+  return v;
+}
+
+class Liveness : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    io::MemoryPort::Options a, b;
+    a.local_ip = *io::IpAddress::Parse("198.18.0.1");
+    b.local_ip = *io::IpAddress::Parse("198.18.0.2");
+    auto [pa, pb] = io::MemoryPort::CreatePair(a, b);
+    ports_[0] = std::move(pa);
+    ports_[1] = std::move(pb);
+    auto factory = [this](int side) {
+      return [this, side](const api::PortSpec&)
+                 -> absl::StatusOr<std::unique_ptr<io::PacketPort>> {
+        return std::unique_ptr<io::PacketPort>(std::move(ports_[side]));
+      };
+    };
+    ours_ = *api::Context::Create(Options("198.18.0.1"), factory(0));
+    peer_ = *api::Context::Create(Options("198.18.0.2"), factory(1));
+    peer_cq_ = *peer_->CreateCompletionQueue(64);
+    listener_ = *peer_->Listen(0, "127.0.0.1");
+    ConnectionManagerOptions o;
+    o.control_port = 0;
+    o.bind_address = "127.0.0.1";
+    o.heartbeat = kBeat;
+    o.dead_peer_timeout = kDead;
+    manager_ = std::make_unique<ConnectionManager>(*ours_, o);
+    ASSERT_TRUE(manager_->Start().ok());
+  }
+  void TearDown() override {
+    beating_ = false;
+    if (beater_.joinable()) beater_.join();
+    manager_.reset();  // its goodbyes go to links still open
+    links_.clear();
+    peer_conns_.clear();
+  }
+
+  // conn.add to the stand-in peer, which accepts as a daemon that shares its liveness across
+  // links or not.
+  void Add(bool per_peer) {
+    Json identity = Json::MakeObject();
+    identity["kind"] = "metaroced";
+    identity["version"] = 1;
+    identity["host"] = "stand-in";
+    identity["pid"] = 1;
+    identity["regions"] = Json::MakeArray();
+    if (per_peer) identity["liveness"] = "per_peer";
+    absl::StatusOr<std::unique_ptr<api::Connection>> accepted;
+    std::thread accept([&] {
+      accepted = listener_->Accept(
+          [&](const api::ConnectionParameters& request) -> absl::StatusOr<api::ConnectOptions> {
+            api::ConnectOptions o;
+            o.send_cq = o.recv_cq = peer_cq_.get();
+            o.path_count = request.path_count;
+            o.max_send_queue = o.max_recv_queue = 16;
+            o.keep_exchange_socket = true;
+            o.private_data = Bytes(identity.Dump());
+            return o;
+          },
+          absl::Seconds(5));
+    });
+    Json params = Json::MakeObject();
+    params["peer"] = absl::StrCat("127.0.0.1:", listener_->port());
+    params["paths"] = 2;
+    absl::StatusOr<Json> added = manager_->Add(params);
+    accept.join();
+    ASSERT_TRUE(added.ok()) << added.status();
+    ASSERT_TRUE(accepted.ok()) << accepted.status();
+    absl::MutexLock lock(&mu_);
+    links_.push_back((*accepted)->TakeExchangeSocket());
+    peer_conns_.push_back(*std::move(accepted));
+  }
+  // The stand-in writes a heartbeat on link `link` every kBeat until told to stop.
+  void BeatOn(size_t link) {
+    beating_ = true;
+    beater_ = std::thread([this, link] {
+      while (beating_) {
+        {
+          absl::MutexLock lock(&mu_);
+          links_[link].SendMessage(Bytes("heartbeat"), absl::Now() + absl::Seconds(1)).IgnoreError();
+        }
+        absl::SleepFor(kBeat);
+      }
+    });
+  }
+  // conn.show's entries, in id order: "ready", or "error: REASON".
+  std::vector<std::string> States() {
+    std::vector<std::string> out;
+    absl::StatusOr<Json> shown = manager_->Show(Json::MakeObject());
+    EXPECT_TRUE(shown.ok()) << shown.status();
+    if (!shown.ok()) return out;
+    for (const Json& c : shown->Find("connections")->array()) {
+      const Json* reason = c.Find("error_reason");
+      out.push_back(reason == nullptr
+                        ? std::string(c.Find("state")->AsString().value_or("?"))
+                        : absl::StrCat("error: ", std::string(reason->AsString().value_or(""))));
+    }
+    return out;
+  }
+
+  std::unique_ptr<io::MemoryPort> ports_[2];
+  std::unique_ptr<api::Context> ours_, peer_;
+  std::unique_ptr<api::CompletionQueue> peer_cq_;
+  std::unique_ptr<api::Listener> listener_;
+  std::unique_ptr<ConnectionManager> manager_;
+  absl::Mutex mu_;
+  std::vector<api::ExchangeSocket> links_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<api::Connection>> peer_conns_;
+  std::atomic<bool> beating_{false};
+  std::thread beater_;
+};
+
+// A peer that shares its liveness is alive for all its connections as long as it is heard on
+// any one link; silent, it fails all of them at once.
+TEST_F(Liveness, OneHeartbeatPerPeerKeepsEveryConnectionAlive) {
+  for (int i = 0; i < 3; ++i) Add(/*per_peer=*/true);
+  BeatOn(1);
+  absl::SleepFor(2 * kDead);
+  EXPECT_THAT(States(), ::testing::Each(std::string("ready")));
+  beating_ = false;
+  beater_.join();
+  absl::SleepFor(2 * kDead);
+  EXPECT_THAT(States(), ::testing::Each(::testing::HasSubstr("error: no word from the peer daemon")));
+}
+
+// A peer that does not say so (an older daemon) is heard per connection, as before: the links it
+// is silent on fail, the one it beats on does not.
+TEST_F(Liveness, APeerThatDoesNotShareIsHeardPerConnection) {
+  for (int i = 0; i < 3; ++i) Add(/*per_peer=*/false);
+  BeatOn(1);
+  absl::SleepFor(2 * kDead);
+  const std::vector<std::string> states = States();
+  ASSERT_EQ(states.size(), 3u);
+  EXPECT_THAT(states[0], ::testing::HasSubstr("error: no word from the peer daemon"));
+  EXPECT_EQ(states[1], "ready");
+  EXPECT_THAT(states[2], ::testing::HasSubstr("error: no word from the peer daemon"));
+}
+
+// A link the peer closes fails its connection alone, whatever the heartbeats on the others.
+TEST_F(Liveness, AClosedLinkFailsItsConnectionOnly) {
+  for (int i = 0; i < 3; ++i) Add(/*per_peer=*/true);
+  BeatOn(0);
+  {
+    absl::MutexLock lock(&mu_);
+    links_[2] = api::ExchangeSocket();
+  }
+  absl::SleepFor(2 * kDead);
+  const std::vector<std::string> states = States();
+  ASSERT_EQ(states.size(), 3u);
+  EXPECT_EQ(states[0], "ready");
+  EXPECT_EQ(states[1], "ready");
+  EXPECT_THAT(states[2], ::testing::HasSubstr("error: peer daemon gone"));
+}
+
+}  // namespace
+}  // namespace metaroce::daemon
