@@ -6,9 +6,32 @@ namespace metaroce::sim {
 
 EventQueue::~EventQueue() {
   for (const Key& key : heap_) {
+    if (key.lane != kNoLane) continue;  // destroyed with its lane
     Slot& slot = SlotAt(key.slot);
     slot.op(slot, /*run=*/false);
   }
+  for (LaneQueue& q : lanes_) {
+    for (; q.count > 0; q.pop_front()) {
+      Slot& slot = SlotAt(q.front().slot);
+      slot.op(slot, /*run=*/false);
+    }
+  }
+}
+
+EventQueue::Lane EventQueue::AddLane() {
+  lanes_.emplace_back();
+  return static_cast<Lane>(lanes_.size() - 1);
+}
+
+void EventQueue::LaneQueue::push_back(const Key& key) {
+  if (count == ring.size()) {  // full (or never used): double, keeping the order
+    std::vector<Key> bigger(ring.empty() ? 64 : 2 * ring.size());
+    for (size_t i = 0; i < count; ++i) bigger[i] = ring[(head + i) & (ring.size() - 1)];
+    ring = std::move(bigger);
+    head = 0;
+  }
+  ring[(head + count) & (ring.size() - 1)] = key;
+  ++count;
 }
 
 uint32_t EventQueue::TakeSlot() {
@@ -39,10 +62,12 @@ void EventQueue::Push(Key key) {
 void EventQueue::PopFront() {
   const Key last = heap_.back();
   heap_.pop_back();
+  if (!heap_.empty()) SiftDown(0, last);
+}
+
+void EventQueue::SiftDown(size_t hole, Key key) {
+  // Move the earliest child up into the hole until `key` fits there.
   const size_t n = heap_.size();
-  if (n == 0) return;
-  // Sift down from the root: move the earliest child up into the hole until `last` fits.
-  size_t hole = 0;
   for (;;) {
     const size_t first = 4 * hole + 1;
     if (first >= n) break;
@@ -51,17 +76,29 @@ void EventQueue::PopFront() {
     for (size_t c = first + 1; c < end; ++c) {
       if (RunsBefore(heap_[c], heap_[best])) best = c;
     }
-    if (!RunsBefore(heap_[best], last)) break;
+    if (!RunsBefore(heap_[best], key)) break;
     heap_[hole] = heap_[best];
     hole = best;
   }
-  heap_[hole] = last;
+  heap_[hole] = key;
 }
 
 bool EventQueue::RunNext() {
   if (heap_.empty()) return false;
   const Key front = heap_.front();
-  PopFront();
+  if (front.lane == kNoLane) {
+    PopFront();
+  } else {
+    // The lane's first event leaves; its next one (if any) takes its place in the heap.
+    LaneQueue& q = lanes_[front.lane];
+    q.pop_front();
+    if (q.count > 0) {
+      SiftDown(0, q.front());
+    } else {
+      PopFront();
+    }
+  }
+  --pending_;
   now_ = Instant{front.at};
   ++executed_;
   // The callable runs in its slot (blocks never move) and may schedule further events; its slot

@@ -9,6 +9,8 @@
 // slots live in fixed blocks that never move and are reused last-freed first, so a callable runs
 // where it was built. The heap orders 24-byte keys (time, sequence, slot), 4 children a node, so a
 // queue of tens of thousands of pending events stays shallow and small enough to stay in cache.
+// Events that come in time order anyway (the arrivals of one FIFO link) can go on a lane, of which
+// only the earliest event is in the heap: then the heap does not grow with the packets in flight.
 //
 // Thread-safety: none; one simulation, one thread.
 #pragma once
@@ -48,6 +50,15 @@ class EventQueue {
     return Schedule(now_ + delay, std::forward<F>(fn));
   }
 
+  // A lane: a FIFO of events scheduled in time order, each at or after the one scheduled on the
+  // lane before it (what a FIFO link's arrivals are). Only its earliest event is in the heap. An
+  // event scheduled on a lane earlier than the lane's last goes into the heap like any other;
+  // events run in (time, insertion) order whichever way they went.
+  using Lane = uint32_t;
+  Lane AddLane();
+  template <typename F>
+  uint64_t ScheduleOnLane(Lane lane, Instant at, F&& fn);
+
   // Advances now() to the earliest event and runs it. Returns false (and does nothing) when empty.
   bool RunNext();
   // Runs events until `done()` holds (checked before each), the queue is empty, the next event is
@@ -69,8 +80,8 @@ class EventQueue {
   Instant NextTime() const { return heap_.empty() ? core::kNever : Instant{heap_.front().at}; }
 
   Instant now() const { return now_; }
-  bool empty() const { return heap_.empty(); }
-  size_t pending() const { return heap_.size(); }
+  bool empty() const { return heap_.empty(); }  // a non-empty lane has its first in the heap
+  size_t pending() const { return pending_; }
   uint64_t executed() const { return executed_; }
   // Schedule() calls whose time was before now() (a caller bug; the event ran at now()).
   uint64_t clamped() const { return clamped_; }
@@ -83,10 +94,25 @@ class EventQueue {
     void (*op)(Slot& slot, bool run);
   };
   static_assert(sizeof(Slot) == 64);
+  static constexpr uint32_t kNoLane = UINT32_MAX;
   struct Key {
     int64_t at;
     uint64_t seq;
     uint32_t slot;
+    uint32_t lane;  // kNoLane: the event is in the heap alone; else its lane's first event
+  };
+  // A lane's events in order: a ring of keys whose capacity is a power of two.
+  struct LaneQueue {
+    std::vector<Key> ring;
+    size_t head = 0;
+    size_t count = 0;
+    const Key& front() const { return ring[head]; }
+    const Key& back() const { return ring[(head + count - 1) & (ring.size() - 1)]; }
+    void push_back(const Key& key);
+    void pop_front() {
+      head = (head + 1) & (ring.size() - 1);
+      --count;
+    }
   };
   // Heap order: true when `a` runs before `b` (seq is unique, so this is a total order).
   static bool RunsBefore(const Key& a, const Key& b) {
@@ -112,14 +138,21 @@ class EventQueue {
   Slot& SlotAt(uint32_t index) {
     return blocks_[index >> kBlockBits][index & ((1u << kBlockBits) - 1)];
   }
+  // Builds `fn` in a free slot; returns the slot's index.
+  template <typename F>
+  uint32_t Emplace(F&& fn);
   uint32_t TakeSlot();
   void Push(Key key);
   void PopFront();
+  // Puts `key` in the hole at `hole` (the front: in place of the front) and restores heap order.
+  void SiftDown(size_t hole, Key key);
 
   std::vector<std::unique_ptr<Slot[]>> blocks_;
   std::vector<uint32_t> free_slots_;  // last freed on top
   uint32_t slots_made_ = 0;
   std::vector<Key> heap_;  // 4-ary min-heap by RunsBefore
+  std::vector<LaneQueue> lanes_;
+  size_t pending_ = 0;
   Instant now_;
   uint64_t next_seq_ = 0;
   uint64_t executed_ = 0;
@@ -127,12 +160,8 @@ class EventQueue {
 };
 
 template <typename F>
-uint64_t EventQueue::Schedule(Instant at, F&& fn) {
+uint32_t EventQueue::Emplace(F&& fn) {
   using Fn = std::decay_t<F>;
-  if (at < now_) {
-    at = now_;
-    ++clamped_;
-  }
   const uint32_t index = TakeSlot();
   Slot& slot = SlotAt(index);
   if constexpr (sizeof(Fn) <= kInlineBytes && alignof(Fn) <= 8) {
@@ -143,8 +172,41 @@ uint64_t EventQueue::Schedule(Instant at, F&& fn) {
     ::new (static_cast<void*>(slot.storage)) Fn*(held);
     slot.op = &HeapOp<Fn>;
   }
+  return index;
+}
+
+template <typename F>
+uint64_t EventQueue::Schedule(Instant at, F&& fn) {
+  if (at < now_) {
+    at = now_;
+    ++clamped_;
+  }
+  const uint32_t index = Emplace(std::forward<F>(fn));
   const uint64_t seq = next_seq_++;
-  Push(Key{at.ns, seq, index});
+  Push(Key{at.ns, seq, index, kNoLane});
+  ++pending_;
+  return seq;
+}
+
+template <typename F>
+uint64_t EventQueue::ScheduleOnLane(Lane lane, Instant at, F&& fn) {
+  if (at < now_) {
+    at = now_;
+    ++clamped_;
+  }
+  const uint32_t index = Emplace(std::forward<F>(fn));
+  const uint64_t seq = next_seq_++;
+  LaneQueue& q = lanes_[lane];
+  const Key key{at.ns, seq, index, lane};
+  if (q.count == 0) {
+    q.push_back(key);
+    Push(key);
+  } else if (at.ns >= q.back().at) {
+    q.push_back(key);
+  } else {
+    Push(Key{at.ns, seq, index, kNoLane});
+  }
+  ++pending_;
   return seq;
 }
 

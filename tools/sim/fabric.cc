@@ -90,6 +90,7 @@ Fabric::Fabric(std::vector<PhysicalPathConfig> paths, EventQueue& queue, Deliver
   links_.reserve(paths.size());
   for (const PhysicalPathConfig& p : paths) {
     links_.push_back(std::array<Link, 2>{Link(p.a_to_b), Link(p.b_to_a)});
+    lanes_.push_back({queue_.AddLane(), queue_.AddLane()});
   }
 }
 
@@ -109,10 +110,12 @@ Fabric::SendResult Fabric::Send(Direction direction, const core::TxMeta& meta,
   datagram.physical_path = result.physical_path;
   datagram.meta = core::RxMeta{meta.src_port, meta.dst_port, meta.plane, result.transmission.ce};
   datagram.bytes = std::move(udp_payload);
-  queue_.Schedule(result.transmission.arrival, [this, d = std::move(datagram)]() mutable {
-    deliver_(d);
-    Recycle(std::move(d.bytes));
-  });
+  const EventQueue::Lane lane = lanes_[result.physical_path][static_cast<size_t>(direction)];
+  queue_.ScheduleOnLane(lane, result.transmission.arrival,
+                        [this, d = std::move(datagram)]() mutable {
+                          deliver_(d);
+                          Recycle(std::move(d.bytes));
+                        });
   return result;
 }
 

@@ -23,7 +23,8 @@
 //  - ECMP: physical path = (src_port + dst_port) % P, an idealized hash that lets a sender choose
 //    its path through its UDP source port; a rotated port moves a logical path.
 //
-// Thread-safety: none. The fabric schedules arrivals on the EventQueue given at construction.
+// Thread-safety: none. The fabric schedules arrivals on the EventQueue given at construction, each
+// link's on a lane of its own (a link's arrivals are in time order).
 #pragma once
 
 #include <array>
@@ -162,6 +163,8 @@ class Fabric {
   void Recycle(std::vector<std::byte>&& bytes);
 
   std::vector<std::array<Link, 2>> links_;  // [path][direction]
+  // A link is FIFO (its arrivals are in time order): each has its lane of the event queue.
+  std::vector<std::array<EventQueue::Lane, 2>> lanes_;
   EventQueue& queue_;
   DeliverFn deliver_;
   std::vector<std::vector<std::byte>> spare_buffers_;

@@ -107,8 +107,10 @@ TEST(EventQueue_RunUntil, StopsForTheFirstReasonThatHolds) {
 
 TEST(EventQueue_Ordering, ManyEventsRunSortedByTimeThenInsertion) {
   // Thousands of events at few distinct times, a third of them scheduled by running events (some
-  // for the instant being run, some before it): they must run exactly in (time, sequence) order.
+  // for the instant being run, some before it), on three lanes or none (mostly out of order for
+  // a lane, so both of a lane's ways are taken): they must run exactly in (time, sequence) order.
   EventQueue q;
+  const std::array<EventQueue::Lane, 3> lanes = {q.AddLane(), q.AddLane(), q.AddLane()};
   Xoshiro256 rng(7);
   struct Scheduled {
     int64_t at;  // after clamping
@@ -120,11 +122,15 @@ TEST(EventQueue_Ordering, ManyEventsRunSortedByTimeThenInsertion) {
     const size_t id = scheduled.size();
     const bool spawns = rng.Next() % 3 == 0;
     scheduled.push_back({std::max(at, q.now().ns), 0});
-    scheduled[id].seq = q.Schedule(Instant{at}, [&, id, spawns] {
+    auto fn = [&, id, spawns] {
       ran.push_back(id);
       EXPECT_EQ(q.now().ns, scheduled[id].at);
       if (spawns) add(q.now().ns + static_cast<int64_t>(rng.Next() % 4) * 10 - 10);
-    });
+    };
+    const uint64_t lane = rng.Next() % 4;
+    scheduled[id].seq = lane == 3 ? q.Schedule(Instant{at}, fn)
+                                  : q.ScheduleOnLane(lanes[lane], Instant{at}, fn);
+    EXPECT_EQ(q.pending(), scheduled.size() - ran.size());
   };
   for (int i = 0; i < 3000; ++i) add(static_cast<int64_t>(rng.Next() % 50) * 10);
   while (q.RunNext()) {
@@ -155,6 +161,43 @@ TEST(EventQueue_Captures, LargeCapturesRunAndPendingOnesAreDestroyed) {
     EXPECT_EQ(token.use_count(), 3);  // a callable is destroyed once it has run
   }
   EXPECT_EQ(token.use_count(), 1);  // the queue destroyed the two it never ran
+}
+
+TEST(EventQueue_Lanes, ALaneKeepsOnlyItsFirstEventInTheHeap) {
+  // A FIFO link's arrivals: in order on the lane, interleaved with heap events at the same times.
+  EventQueue q;
+  const EventQueue::Lane link = q.AddLane();
+  std::string order;
+  for (int i = 0; i < 4; ++i) {
+    const char c = static_cast<char>('a' + i);
+    q.ScheduleOnLane(link, Instant{10 * (i + 1)}, [&, c] { order += c; });
+  }
+  q.Schedule(Instant{20}, [&] { order += 'X'; });  // after 'b' (scheduled later, same time)
+  q.Schedule(Instant{5}, [&] { order += 'Y'; });
+  q.ScheduleOnLane(link, Instant{15}, [&] { order += 'Z'; });  // before the lane's last: heap
+  EXPECT_EQ(q.pending(), 7u);
+  EXPECT_EQ(q.NextTime().ns, 5);
+  while (q.RunNext()) {
+  }
+  EXPECT_EQ(order, "YaZbXcd");
+  EXPECT_EQ(q.pending(), 0u);
+  // An emptied lane takes events again, from any time on.
+  q.ScheduleOnLane(link, Instant{100}, [&] { order += 'e'; });
+  EXPECT_TRUE(q.RunNext());
+  EXPECT_EQ(order, "YaZbXcde");
+}
+
+TEST(EventQueue_Lanes, PendingLaneEventsAreDestroyedWithTheQueue) {
+  auto token = std::make_shared<int>(0);
+  {
+    EventQueue q;
+    const EventQueue::Lane lane = q.AddLane();
+    for (int i = 0; i < 200; ++i) q.ScheduleOnLane(lane, Instant{i}, [token] {});  // grows the ring
+    EXPECT_EQ(token.use_count(), 201);
+    for (int i = 0; i < 150; ++i) EXPECT_TRUE(q.RunNext());
+    EXPECT_EQ(token.use_count(), 51);
+  }
+  EXPECT_EQ(token.use_count(), 1);
 }
 
 TEST(EventQueue_Captures, ARunningEventMayScheduleManyMore) {
