@@ -74,6 +74,12 @@ struct DaemonSide {
     for (const engine::WorkerStats& w : engine().Stats()) n += w.connections;
     return n;
   }
+  // Connections whose rings the workers look at on every loop: none that posts through marks.
+  uint64_t UnmarkedConnections() {
+    uint64_t n = 0;
+    for (const engine::WorkerStats& w : engine().Stats()) n += w.unmarked_connections;
+    return n;
+  }
 };
 
 class AttachTest : public ::testing::Test {
@@ -255,6 +261,10 @@ TEST_F(AttachedPairTest, WriteAndSendRoundTripThroughSharedMemory) {
   Connection& c = **cc;
   EXPECT_EQ(daemons_[0].apps->connections(), 1u);
   EXPECT_EQ(daemons_[1].EngineConnections(), 1u);
+  // Each has a slot in its application's doorbell, which the application's posts below mark
+  // (were they not marked, nothing would complete).
+  EXPECT_EQ(daemons_[0].UnmarkedConnections(), 0u);
+  EXPECT_EQ(daemons_[1].UnmarkedConnections(), 0u);
   RemoteBuffer at_server;
   ASSERT_EQ(c.peer_private_data().size(), sizeof(at_server));
   std::memcpy(&at_server, c.peer_private_data().data(), sizeof(at_server));
