@@ -134,7 +134,10 @@ class Cluster {
   std::vector<std::byte> pattern_;
   std::vector<std::byte> scratch_;
   absl::flat_hash_map<uint64_t, Message> messages_;  // outstanding, by (conn, msg_seq)
+  // AfterHostEvent's scratch, kept: built per event, the arrays alone were 2.4 KiB of stores.
   std::vector<core::Connection*> ready_;
+  std::array<core::Completion, 64> completions_;
+  std::array<core::PathEvent, 16> path_events_;
   std::vector<uint32_t> touched_hosts_;
   uint32_t step_ = 0;
   uint64_t step_outstanding_ = 0;
@@ -396,19 +399,17 @@ void Cluster::OnPlaced(uint32_t host, core::Connection& c, uint32_t msg_seq, uin
 
 void Cluster::AfterHostEvent(uint32_t host) {
   core::Endpoint& ep = *hosts_[host].endpoint;
-  std::array<core::Completion, 64> completions;
-  std::array<core::PathEvent, 16> events;
   do {
     ready_.clear();
     ep.TakeReady(&ready_);
     for (core::Connection* c : ready_) {
       size_t n;
-      while ((n = c->PollCompletions(completions)) > 0) {
-        for (size_t i = 0; i < n; ++i) OnCompletion(completions[i]);
+      while ((n = c->PollCompletions(completions_)) > 0) {
+        for (size_t i = 0; i < n; ++i) OnCompletion(completions_[i]);
       }
-      while ((n = c->PollEvents(events)) > 0) {
+      while ((n = c->PollEvents(path_events_)) > 0) {
         for (size_t i = 0; i < n; ++i) {
-          const core::PathEvent& e = events[i];
+          const core::PathEvent& e = path_events_[i];
           if (config_.on_path_event) config_.on_path_event(host, e);
           if (e.kind == core::PathEvent::Kind::kPortRotated) {
             ++result_.port_rotations;
