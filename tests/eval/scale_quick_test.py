@@ -2,7 +2,8 @@
 """Runs tools/eval/scale --quick into a temporary directory and checks its outputs: scale.md,
 scale.json, every run's JSON and every plot; then that the report's conclusions are what the
 figures say: the MetaRoCE / baseline ratios recomputed here from the raw runs, the lists of
-cases where MetaRoCE wins and loses, the runs that did not complete, and the data errors. Exit
+cases where MetaRoCE wins and loses, the runs that did not complete, and the data errors; and
+that --report-only rebuilds the same report from the runs. Exit
 77 (skip) when gnuplot is missing.
 
 usage: scale_quick_test.py TOOLS_EVAL_SCALE MRSIM
@@ -83,6 +84,18 @@ def main():
                 failures.append("no plot %s" % svg)
             if "plots/scale_%s.svg" % w not in report:
                 failures.append("the report does not show plots/scale_%s.svg" % w)
+        # --report-only rebuilds the same report from the runs, running nothing; and refuses
+        # runs whose recorded command is not the one it would run.
+        proc = subprocess.run([scale, out, "--quick", "--report-only"], env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            failures.append("--report-only exited %d: %s" % (proc.returncode, proc.stderr))
+        elif open(os.path.join(out, "scale.md")).read() != report:
+            failures.append("--report-only wrote another report")
+        proc = subprocess.run([scale, out, "--report-only"], env=env, capture_output=True,
+                              text=True)
+        if proc.returncode == 0 or "not in runs/scale_commands.txt" not in proc.stderr:
+            failures.append("--report-only accepted quick runs for a full report")
     finally:
         shutil.rmtree(out, ignore_errors=True)
     for f in failures:
