@@ -625,7 +625,12 @@ ClusterResult Cluster::Finish() {
     }
   }
   for (const Conn& c : conns_) {
-    r.retransmits += c.req->counters().retransmits;
+    const core::ConnectionCounters& k = c.req->counters();
+    r.retransmits += k.retransmits;
+    r.gap_retransmits += k.gap_retransmits;
+    r.timeout_retransmits += k.timeout_retransmits;
+    r.rerouted_packets += k.rerouted_packets;
+    r.hedged_packets += k.hedged_packets;
     for (uint16_t p = 0; p < c.req->path_count(); ++p) r.timeouts += c.req->path_stats(p).timeouts;
   }
   if (conns_.size() > 0) r.core_heap_bytes_per_connection = heap_bytes_ / (2 * conns_.size());
@@ -785,6 +790,12 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.EndObject();
   w.Field("route_changes", r.fabric.route_changes);
   w.Field("retransmits", r.retransmits);
+  w.BeginObject("retransmits_by_cause");
+  w.Field("gap", r.gap_retransmits);
+  w.Field("timeout", r.timeout_retransmits);
+  w.Field("reroute", r.rerouted_packets);
+  w.Field("hedge", r.hedged_packets);
+  w.EndObject();
   w.Field("timeouts", r.timeouts);
   w.Field("path_state_changes", r.path_state_changes);
   w.Field("port_rotations", r.port_rotations);

@@ -111,6 +111,13 @@ struct ClusterResult {
   uint64_t port_rotations = 0;
   std::map<std::string, uint64_t> path_events_by_reason;
   uint64_t retransmits = 0;
+  // ... by cause (core counters): a SACK gap, a probe timeout (tail-loss probe), moved off a
+  // failed path, copied off an overtaken one. Gap + timeout + reroute + hedge <= retransmits
+  // (go-back-N resends and RNR retries are the rest).
+  uint64_t gap_retransmits = 0;
+  uint64_t timeout_retransmits = 0;
+  uint64_t rerouted_packets = 0;
+  uint64_t hedged_packets = 0;
   uint64_t timeouts = 0;
   // measure only.
   double setup_wall_s = 0, run_wall_s = 0;
