@@ -355,10 +355,19 @@ void Cluster::OnTransmit(uint32_t host, const core::TxMeta& meta,
   p.plane = conn.plane != kNoPlane ? conn.plane : meta.plane;
   p.src_port = meta.src_port;
   p.dst_port = meta.dst_port;
-  p.bytes = fabric_.TakeBuffer();
-  p.bytes.reserve(headers.size() + payload.size());
-  p.bytes.insert(p.bytes.end(), headers.begin(), headers.end());
-  p.bytes.insert(p.bytes.end(), payload.begin(), payload.end());
+  // Payload from the source pattern (immutable for the run) travels by reference: a packet in
+  // flight holds its headers only. Anything else (none today) is copied.
+  const bool in_pattern = !payload.empty() && payload.data() >= pattern_.data() &&
+                          payload.data() + payload.size() <= pattern_.data() + pattern_.size();
+  if (in_pattern) {
+    p.bytes.assign(headers.begin(), headers.end());
+    p.payload = payload;
+  } else {
+    p.bytes = fabric_.TakeBuffer();
+    p.bytes.reserve(headers.size() + payload.size());
+    p.bytes.insert(p.bytes.end(), headers.begin(), headers.end());
+    p.bytes.insert(p.bytes.end(), payload.begin(), payload.end());
+  }
   fabric_.Send(std::move(p));
 }
 

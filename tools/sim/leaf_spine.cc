@@ -165,7 +165,7 @@ uint32_t LeafSpineFabric::NewSlot(FabricPacket packet) {
     slots_.emplace_back();
   }
   Slot& s = slots_[slot];
-  s.wire_bytes = WireBytes(packet.bytes.size());
+  s.wire_bytes = WireBytes(packet.bytes.size() + packet.payload.size());
   s.packet = std::move(packet);
   s.ingress = kNone;
   return slot;
@@ -179,7 +179,8 @@ void LeafSpineFabric::FreeSlot(uint32_t slot) {
 
 void LeafSpineFabric::Recycle(std::vector<std::byte>&& bytes) {
   constexpr size_t kMaxSpare = 1 << 16;
-  if (bytes.capacity() == 0 || spare_buffers_.size() >= kMaxSpare) return;
+  constexpr size_t kMinSpare = 1024;  // headers-only buffers (FabricPacket::payload) go back
+  if (bytes.capacity() < kMinSpare || spare_buffers_.size() >= kMaxSpare) return;
   bytes.clear();
   spare_buffers_.push_back(std::move(bytes));
 }
@@ -278,6 +279,14 @@ void LeafSpineFabric::OnArrival(uint32_t node, uint32_t ingress, uint32_t slot) 
     FabricPacket packet = std::move(s.packet);
     FreeSlot(slot);
     ++delivered_;
+    if (!packet.payload.empty()) {  // the payload joins the headers only now
+      std::vector<std::byte> whole = TakeBuffer();
+      whole.reserve(packet.bytes.size() + packet.payload.size());
+      whole.assign(packet.bytes.begin(), packet.bytes.end());
+      whole.insert(whole.end(), packet.payload.begin(), packet.payload.end());
+      packet.bytes = std::move(whole);
+      packet.payload = {};
+    }
     deliver_(packet);
     Recycle(std::move(packet.bytes));
     return;
