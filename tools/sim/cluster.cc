@@ -142,6 +142,10 @@ class Cluster {
   uint32_t step_ = 0;
   uint64_t step_outstanding_ = 0;
   uint64_t step_messages_ = 0;  // posted at the current step's start
+  // Bytes posted at the current step's start (background included) and bytes_verified then:
+  // progress within a step (one step of a permutation is the whole run).
+  uint64_t step_bytes_ = 0;
+  uint64_t step_verified_at_start_ = 0;
   Instant step_started_{0};
   bool done_ = false;
   uint64_t heap_bytes_ = 0;
@@ -487,6 +491,8 @@ void Cluster::StartStep() {
   const uint64_t message = StepMessageBytes();
   const uint32_t per_pair = config_.connections_per_pair;
   touched_hosts_.clear();
+  step_bytes_ = 0;
+  step_verified_at_start_ = result_.bytes_verified;
   for (Flow& flow : flows_) {
     // The background incast starts with the first step and runs on by itself.
     if (flow.background && step_ > 0) continue;
@@ -504,6 +510,7 @@ void Cluster::StartStep() {
         continue;
       }
       touched_hosts_.push_back(conns_[index].req_host);
+      step_bytes_ += size;
       if (flow.background) continue;
       ++result_.messages_posted;
       ++step_outstanding_;
@@ -578,8 +585,15 @@ void Cluster::Progress(bool last) {
   const double wall = std::chrono::duration<double>(now - wall_start_).count();
   const double total = static_cast<double>(StepsTotal());
   const double in_step = static_cast<double>(std::max<uint64_t>(1, step_messages_));
-  const double done =
-      static_cast<double>(step_) + 1.0 - static_cast<double>(step_outstanding_) / in_step;
+  // Within a step, what is placed tells more than what completed (a permutation's messages
+  // all complete near its end).
+  const double by_messages = 1.0 - static_cast<double>(step_outstanding_) / in_step;
+  const double by_bytes =
+      step_bytes_ == 0 ? 0.0
+                       : std::min(1.0, static_cast<double>(result_.bytes_verified -
+                                                           step_verified_at_start_) /
+                                           static_cast<double>(step_bytes_));
+  const double done = static_cast<double>(step_) + std::max(by_messages, by_bytes);
   const double fraction = std::clamp(done / std::max(1.0, total), 0.0, 1.0);
   const double left = fraction > 0 ? wall * (1 - fraction) / fraction : 0;
   std::fprintf(stderr,
