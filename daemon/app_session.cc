@@ -848,6 +848,28 @@ std::vector<Json> AppSessions::Describe(std::optional<uint32_t> id, std::string_
   return out;
 }
 
+std::vector<uint32_t> AppSessions::Ids(std::string_view peer) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint32_t> ids;
+  for (const auto& [sid, s] : sessions_) {
+    for (const auto& [cid, c] : s->connections) {
+      if (peer.empty() || c.peer == peer) ids.push_back(cid);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::optional<Json> AppSessions::Describe(uint32_t id) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [sid, s] : sessions_) {
+    if (auto it = s->connections.find(id); it != s->connections.end()) {
+      return DescribeConnection(*s, it->second);
+    }
+  }
+  return std::nullopt;
+}
+
 bool AppSessions::HasConnection(uint32_t id) const {
   absl::MutexLock lock(&mu_);
   for (const auto& [sid, s] : sessions_) {

@@ -144,6 +144,11 @@ class AppSessions {
   // conn.show's entries for application connections (CONN objects, owner {pid, name, session}),
   // filtered as conn.show filters.
   std::vector<control::Json> Describe(std::optional<uint32_t> id, std::string_view peer);
+  // conn.show by pages (listing.h): the application connections' ids in increasing order
+  // (those to `peer` only when it is not empty), and one connection's CONN object (nullopt: not
+  // an application connection).
+  std::vector<uint32_t> Ids(std::string_view peer) const;
+  std::optional<control::Json> Describe(uint32_t id);
   bool HasConnection(uint32_t id) const;
 
   // The operator's view of application connections, whatever session owns them. NotFound

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/listing.h"
 #include "daemon/params.h"
 #include "lib/api/stats_json.h"
 #include "lib/core/types.h"
@@ -308,7 +309,7 @@ Json ConnectionManager::Insert(std::unique_ptr<api::Connection> conn, std::strin
   mc->peer_daemon = PeerDaemonKey(mc->peer, conn->peer_private_data());
   mc->last_heard = absl::Now();
   mc->conn = std::move(conn);
-  Json described = Describe(*mc);
+  Json described = ConnectionJson(*mc, mc->conn->Stats());
   options_.log(absl::StrCat("connection ", mc->id, " to ", mc->peer, " (its ", mc->peer_id,
                             "), ", mc->paths, " paths, ", mc->profile));
   absl::MutexLock lock(&mu_);
@@ -373,34 +374,37 @@ absl::StatusOr<Json> ConnectionManager::Delete(const Json& params) {
 }
 
 absl::StatusOr<Json> ConnectionManager::Show(const Json& params) {
-  if (absl::Status s = OnlyKeys(params, {"id", "peer"}); !s.ok()) return s;
-  std::optional<uint64_t> id;
-  if (const Json* v = params.Find("id"); v != nullptr && !v->is_null()) {
-    id = v->AsUint();
-    if (!id) return absl::InvalidArgumentError("id: expected a connection id (integer)");
-  }
-  absl::StatusOr<std::string> peer = params.GetStringOr("peer", "");
-  if (!peer.ok()) return peer.status();
-  Json out = Json::MakeObject();
-  Json& list = out["connections"] = Json::MakeArray();
-  absl::MutexLock lock(&mu_);
-  if (id && !table_.contains(static_cast<uint32_t>(*id))) {
-    return absl::NotFoundError(absl::StrCat("no connection ", *id));
-  }
-  for (auto& [cid, mc] : table_) {
-    if (id && cid != *id) continue;
-    if (!peer->empty() && mc->peer != *peer) continue;
-    list.Push(Describe(*mc));
-  }
-  return out;
+  return ShowConnectionPage(
+      params, [this](std::string_view peer) { return Ids(peer); },
+      [this](uint32_t id) { return Describe(id); });
 }
 
-Json ConnectionManager::Describe(const ManagedConnection& mc) {
+std::vector<uint32_t> ConnectionManager::Ids(std::string_view peer) const {
+  std::vector<uint32_t> ids;
+  absl::MutexLock lock(&mu_);
+  ids.reserve(table_.size());
+  for (const auto& [id, mc] : table_) {
+    if (peer.empty() || mc->peer == peer) ids.push_back(id);
+  }
+  return ids;  // the table is ordered by id
+}
+
+std::optional<Json> ConnectionManager::Describe(uint32_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = table_.find(id);
+  if (it == table_.end()) return std::nullopt;
+  const ManagedConnection& mc = *it->second;
+  return ConnectionJson(mc, mc.conn != nullptr
+                                ? mc.conn->Stats()
+                                : absl::StatusOr<api::ConnectionStats>(
+                                      absl::FailedPreconditionError("no connection")));
+}
+
+Json ConnectionJson(const ManagedConnection& mc, const absl::StatusOr<api::ConnectionStats>& st) {
   Json j = Json::MakeObject();
   j["id"] = mc.id;
   j["peer"] = mc.peer;
   j["peer_id"] = mc.peer_id;
-  absl::StatusOr<api::ConnectionStats> st = mc.conn->Stats();
   const bool error = !st.ok() || st->state == core::Connection::State::kError;
   j["state"] = error ? "error" : "ready";
   const core::WcStatus status = st.ok() ? st->error_status : core::WcStatus::kGeneralErr;

@@ -30,8 +30,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -80,6 +82,11 @@ struct ManagedConnection {
   std::string gone;                       // why the peer is considered gone (empty: it is not)
 };
 
+// conn.show's CONN object of a connection (docs/control-protocol.md) from what the daemon keeps
+// and the connection's stats (an error: the connection is shown in error).
+control::Json ConnectionJson(const ManagedConnection& mc,
+                             const absl::StatusOr<api::ConnectionStats>& stats);
+
 class ConnectionManager {
  public:
   ConnectionManager(api::Context& context, ConnectionManagerOptions options);
@@ -96,7 +103,12 @@ class ConnectionManager {
   // Control methods: params and results as docs/control-protocol.md.
   absl::StatusOr<control::Json> Add(const control::Json& params);
   absl::StatusOr<control::Json> Delete(const control::Json& params);
+  // conn.show over the daemon's own connections (listing.h: paged, in id order).
   absl::StatusOr<control::Json> Show(const control::Json& params);
+  // The connections' ids in increasing order; those to `peer` only when it is not empty.
+  std::vector<uint32_t> Ids(std::string_view peer) const;
+  // conn.show's CONN object of connection `id` (ConnectionJson), or nullopt when it is not ours.
+  std::optional<control::Json> Describe(uint32_t id);
 
   // Limits may change on reload (SIGHUP); connections above a lowered limit stay.
   void SetLimits(const ConnectionLimits& limits);
@@ -116,7 +128,6 @@ class ConnectionManager {
   api::Connection* Find(uint32_t id);
 
  private:
-  control::Json Describe(const ManagedConnection& mc);
   void ListenLoop();
   void LivenessLoop();
   absl::StatusOr<api::ConnectOptions> Decide(const api::ConnectionParameters& request);

@@ -10,6 +10,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/build_info.h"
+#include "daemon/listing.h"
 #include "daemon/params.h"
 #include "daemon/preflight.h"
 #include "lib/api/stats_json.h"
@@ -539,23 +541,21 @@ MetricsSnapshot Daemon::CollectMetrics() {
 }
 
 absl::StatusOr<Json> Daemon::ShowConnections(const Json& params) {
-  std::optional<uint32_t> id;
-  if (const Json* v = params.Find("id"); v != nullptr && !v->is_null()) {
-    std::optional<uint64_t> u = v->AsUint();
-    if (u && *u <= UINT32_MAX) id = static_cast<uint32_t>(*u);
-  }
-  const std::string peer = params.GetStringOr("peer", "").value_or("");
-  if (id && apps_->HasConnection(*id)) {
-    if (absl::Status s = OnlyKeys(params, {"id", "peer"}); !s.ok()) return s;
-    Json out = Json::MakeObject();
-    Json& list = out["connections"] = Json::MakeArray();
-    for (Json& c : apps_->Describe(id, peer)) list.Push(std::move(c));
-    return out;
-  }
-  absl::StatusOr<Json> out = connections_->Show(params);  // validates; NotFound for unknown ids
-  if (!out.ok()) return out;
-  for (Json& c : apps_->Describe(id, peer)) (*out)["connections"].Push(std::move(c));
-  return out;
+  // The daemon's connections and the applications' share the engine's ids: one listing in id
+  // order, by pages (listing.h).
+  return ShowConnectionPage(
+      params,
+      [this](std::string_view peer) {
+        std::vector<uint32_t> own = connections_->Ids(peer);
+        std::vector<uint32_t> apps = apps_->Ids(peer);
+        std::vector<uint32_t> all(own.size() + apps.size());
+        std::merge(own.begin(), own.end(), apps.begin(), apps.end(), all.begin());
+        return all;
+      },
+      [this](uint32_t id) {
+        std::optional<Json> d = connections_->Describe(id);
+        return d ? d : apps_->Describe(id);
+      });
 }
 
 absl::StatusOr<Json> Daemon::DeleteConnection(const Json& params) {

@@ -94,7 +94,8 @@ class Daemon {
   absl::StatusOr<control::Json> ShowDaemon(const control::Json& params);
   absl::StatusOr<control::Json> ShowLinks(const control::Json& params);
   absl::StatusOr<control::Json> ShowStats(const control::Json& params);
-  // conn.show: the daemon's connections, then the applications'.
+  // conn.show: the daemon's connections and the applications', in id order, by pages
+  // (daemon/listing.h).
   absl::StatusOr<control::Json> ShowConnections(const control::Json& params);
   // conn.del: a daemon connection is torn down on both daemons; an application's is aborted
   // and marked deleted by the operator (AppSessions::DeleteByOperator).

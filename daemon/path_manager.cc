@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/listing.h"
 #include "daemon/params.h"
 #include "lib/api/stats_json.h"
 #include "lib/engine/worker.h"
@@ -53,6 +54,10 @@ void PathManager::Tick() {
   while ((n = apps_.PollPathEvents(std::span<core::PathEvent>(buf))) > 0) {
     drained.insert(drained.end(), buf, buf + n);
   }
+  // The rings are drained one worker after another: recorded in the order of their instants,
+  // the events get sequence numbers (path.events' order and cursor) in that order too.
+  std::stable_sort(drained.begin(), drained.end(),
+                   [](const core::PathEvent& a, const core::PathEvent& b) { return a.at < b.at; });
   const absl::Time now = absl::Now();
   std::vector<uint32_t> recorded;
   {
@@ -91,8 +96,10 @@ void PathManager::Record(const core::PathEvent& e) {
     j["to"] = core::PathStateName(e.to);
   }
   j["reason"] = core::PathEventReasonName(e.reason);
-  std::deque<Json>& q = events_[e.conn_id];
-  q.push_back(std::move(j));
+  const uint64_t seq = next_seq_++;
+  j["seq"] = seq;
+  std::deque<RecordedEvent>& q = events_[e.conn_id];
+  q.push_back(RecordedEvent{seq, std::move(j)});
   while (q.size() > policy_.events_kept) q.pop_front();
 }
 
@@ -164,7 +171,7 @@ absl::StatusOr<Json> PathManager::Rotate(const Json& params) {
 }
 
 absl::StatusOr<Json> PathManager::Events(const Json& params) {
-  if (absl::Status s = OnlyKeys(params, {"conn"}); !s.ok()) return s;
+  if (absl::Status s = OnlyKeys(params, {"conn", "after", "limit"}); !s.ok()) return s;
   std::optional<uint32_t> id;
   if (const Json* v = params.Find("conn"); v != nullptr && !v->is_null()) {
     absl::StatusOr<uint32_t> c = ConnId(params, "conn");
@@ -172,19 +179,38 @@ absl::StatusOr<Json> PathManager::Events(const Json& params) {
     if (!Exists(*c)) return absl::NotFoundError(absl::StrCat("no connection ", *c));
     id = *c;
   }
+  absl::StatusOr<PageParams> page_params = ReadPageParams(params);
+  if (!page_params.ok()) return page_params.status();
   Tick();  // what happened up to now
-  Json out = Json::MakeObject();
-  Json& list = out["events"] = Json::MakeArray();
+  PageBuilder page(*page_params);
   absl::MutexLock lock(&mu_);
-  std::vector<const Json*> all;
+  // Each connection's record is in sequence order: a merge of the records from the cursor on,
+  // smallest sequence number first, visits only what the page takes (and one more).
+  using Cursor = std::pair<std::deque<RecordedEvent>::const_iterator,
+                           std::deque<RecordedEvent>::const_iterator>;  // next, end
+  auto later = [](const Cursor& a, const Cursor& b) { return a.first->seq > b.first->seq; };
+  std::vector<Cursor> heap;
   for (const auto& [conn, q] : events_) {
     if (id && conn != *id) continue;
-    for (const Json& e : q) all.push_back(&e);
+    auto from = std::partition_point(q.begin(), q.end(), [&](const RecordedEvent& r) {
+      return r.seq < page.first_key();
+    });
+    if (from != q.end()) heap.emplace_back(from, q.end());
   }
-  std::stable_sort(all.begin(), all.end(), [](const Json* x, const Json* y) {
-    return x->Find("time_s")->AsDouble().value_or(0) < y->Find("time_s")->AsDouble().value_or(0);
-  });
-  for (const Json* e : all) list.Push(*e);
+  std::make_heap(heap.begin(), heap.end(), later);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    Cursor& c = heap.back();
+    const RecordedEvent& r = *c.first;
+    if (!page.Offer(r.seq, [&] { return std::optional<Json>(r.event); })) break;
+    if (++c.first == c.second) {
+      heap.pop_back();
+    } else {
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
+  }
+  Json out = Json::MakeObject();
+  page.Finish(out, "events");
   return out;
 }
 

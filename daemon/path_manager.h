@@ -29,7 +29,9 @@
 // observed_events_dropped). Chosen over an engine callback (it would run on the worker thread
 // and take the daemon's locks on the data path) and over polling each connection through the
 // control queue (a worker wake-up per connection every tick). The records of deleted
-// connections are dropped once a second.
+// connections are dropped once a second. Each event recorded gets a sequence number, in the
+// order of the instants of each tick's events: path.events lists by it, in pages
+// (daemon/listing.h).
 //
 // Threading: Tick() from the daemon's main loop; the methods from the control server's thread;
 // internally locked.
@@ -75,6 +77,7 @@ class PathManager {
 
   absl::StatusOr<control::Json> Show(const control::Json& params);
   absl::StatusOr<control::Json> Rotate(const control::Json& params);
+  // path.events: by pages in sequence order (daemon/listing.h; the cursor is `seq`).
   absl::StatusOr<control::Json> Events(const control::Json& params);
 
  private:
@@ -91,7 +94,15 @@ class PathManager {
   absl::Mutex mu_;
   PathPolicy policy_ ABSL_GUARDED_BY(mu_);
   absl::Time started_;
-  std::map<uint32_t, std::deque<control::Json>> events_ ABSL_GUARDED_BY(mu_);
+  // A recorded event: its sequence number (the order recorded, never reused: path.events'
+  // order and cursor) and its EVENT object.
+  struct RecordedEvent {
+    uint64_t seq = 0;
+    control::Json event;
+  };
+  // Each connection's record, oldest first (so in sequence order).
+  std::map<uint32_t, std::deque<RecordedEvent>> events_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   absl::Time next_prune_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 

@@ -311,7 +311,8 @@ std::string SerializeResponse(const Response& response) {
   if (line.size() <= kMaxMessageBytes) return line;
   return ErrorLine(response.id, absl::ResourceExhaustedError(absl::StrCat(
       "the result is ", line.size(), " bytes, over the protocol's limit of ", kMaxMessageBytes,
-      " bytes per line; ask for less (a single connection or interface)")));
+      " bytes per line; ask for less (a single connection or interface, or a smaller "
+      "page: `limit`)")));
 }
 
 // --- LineBuffer ------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 // ConnectionManager's liveness against a stand-in peer daemon: a Context whose Listener accepts
 // as a daemon does (its identity in the private data), keeps each connection's link, and writes
 // heartbeats on the links the test names. Both contexts run over MemoryPort pairs; the exchange
-// and the links are TCP on 127.0.0.1.
+// and the links are TCP on 127.0.0.1. Over the same connections: conn.show by pages.
 #include "daemon/connection_manager.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -191,6 +192,38 @@ TEST_F(Liveness, AClosedLinkFailsItsConnectionOnly) {
   EXPECT_EQ(states[0], "ready");
   EXPECT_EQ(states[1], "ready");
   EXPECT_THAT(states[2], ::testing::HasSubstr("error: peer daemon gone"));
+}
+
+// conn.show by pages over the daemon's connections: each once, in id order, `next` on every
+// page but the last.
+TEST_F(Liveness, ConnShowPagesListEveryConnectionOnce) {
+  Add(/*per_peer=*/true);
+  BeatOn(0);  // alive for as long as the test takes
+  for (int i = 0; i < 2; ++i) Add(/*per_peer=*/true);
+  std::vector<uint64_t> ids;
+  Json params = Json::MakeObject();
+  params["limit"] = 1;
+  int pages = 0;
+  while (true) {
+    absl::StatusOr<Json> page = manager_->Show(params);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ++pages;
+    ASSERT_EQ(page->Find("connections")->size(), 1u);
+    ids.push_back(*page->Find("connections")->array()[0].Find("id")->AsUint());
+    const Json* next = page->Find("next");
+    if (next == nullptr) break;
+    EXPECT_EQ(next->AsUint(), ids.back());
+    params["after"] = *next;
+  }
+  EXPECT_EQ(pages, 3);
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end());
+  absl::StatusOr<Json> all = manager_->Show(Json::MakeObject());
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->Find("connections")->size(), 3u);
+  EXPECT_EQ(all->Find("next"), nullptr);
+  params["limit"] = 0;
+  EXPECT_EQ(manager_->Show(params).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
