@@ -237,11 +237,13 @@ std::string EventLine(const Json& event) {
   } else if (kind == "rotation") {
     out += " rotation " + Field(event, "old_port") + " -> " + Field(event, "new_port");
   } else {  // a kind newer than this mrctl
-    return out + " kind " + kind + Pairs(event, {"time_s", "conn", "path_id", "kind"}) + "\n";
+    return out + " kind " + kind + Pairs(event, {"time_s", "conn", "path_id", "kind", "seq"}) +
+           "\n";
   }
   out += " reason " + Field(event, "reason");
+  // seq (the daemon's order and paging cursor) is for scripts (-j): lines are in that order.
   out += Pairs(event, {"time_s", "conn", "path_id", "kind", "from", "to", "old_port", "new_port",
-                       "reason"});
+                       "reason", "seq"});
   return out + "\n";
 }
 

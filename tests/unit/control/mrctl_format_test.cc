@@ -104,10 +104,10 @@ TEST(MrctlFormat, PathRotateAndEvents) {
             "conn 3 path 2 port 49152 -> 49200\n");
   const Json events = J(R"({"events":[
       {"time_s":12.5,"conn":3,"path_id":2,"kind":"state","from":"active","to":"suspect",
-       "reason":"timeout"},
+       "reason":"timeout","seq":7},
       {"time_s":14,"conn":3,"path_id":2,"kind":"rotation","old_port":49152,"new_port":49200,
-       "reason":"manual"},
-      {"time_s":15,"conn":3,"path_id":1,"kind":"quench","level":2}]})");
+       "reason":"manual","seq":8},
+      {"time_s":15,"conn":3,"path_id":1,"kind":"quench","level":2,"seq":9}]})");
   EXPECT_EQ(FormatText("path.events", events, false),
             "time_s 12.5 conn 3 path 2 state active -> suspect reason timeout\n"
             "time_s 14 conn 3 path 2 rotation 49152 -> 49200 reason manual\n"
