@@ -5,6 +5,7 @@
 #include <sys/un.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -235,6 +236,23 @@ const std::vector<KeySpec>& Keys() {
        },
        [](const Config& c) {
          return c.daemon.metrics_listen.empty() ? std::string("off") : c.daemon.metrics_listen;
+       }},
+      {"daemon", "observed_event_depth", false, false,
+       [](absl::string_view v, Config& c) -> absl::Status {
+         if (v == "auto") {
+           c.daemon.observed_event_depth = 0;
+           return absl::OkStatus();
+         }
+         absl::StatusOr<uint64_t> depth = ParseUnsigned(v, 1, kMaxObservedEventDepth);
+         if (!depth.ok()) {
+           return Bad(absl::StrCat(depth.status().message(), " (events per worker), or auto"));
+         }
+         c.daemon.observed_event_depth = static_cast<uint32_t>(*depth);
+         return absl::OkStatus();
+       },
+       [](const Config& c) {
+         return c.daemon.observed_event_depth == 0 ? std::string("auto")
+                                                   : absl::StrCat(c.daemon.observed_event_depth);
        }},
       {"limits", "max_connections", true, false,
        [](absl::string_view v, Config& c) {
@@ -575,6 +593,14 @@ bool IsLoopback(const ListenAddress& address) {
            std::memcmp(buf, kLoopback6, 16) == 0;
   }
   return inet_pton(AF_INET, address.ip.c_str(), buf) == 1 && buf[0] == 127;
+}
+
+uint32_t ObservedEventDepth(const Config& config) {
+  if (config.daemon.observed_event_depth != 0) return config.daemon.observed_event_depth;
+  const uint64_t burst = uint64_t{config.limits.max_connections} * kAutoPathsPerConnection *
+                         kAutoEventsPerPath;
+  return static_cast<uint32_t>(std::bit_ceil(std::clamp<uint64_t>(
+      burst, kMinAutoObservedEventDepth, kMaxObservedEventDepth)));
 }
 
 std::vector<ConfigKeyInfo> ConfigKeys() {

@@ -2,7 +2,7 @@
 // line overrides, and what a reload (SIGHUP) changes.
 //
 //   [daemon]  interfaces, local_ips, port_kind, udp_port, control_port, control_bind, socket,
-//             socket_group, workers, cpus, log_format, metrics_listen
+//             socket_group, workers, cpus, log_format, metrics_listen, observed_event_depth
 //   [limits]  max_connections, max_paths, max_memory
 //   [paths]   rotation_holddown_ms, degraded_hold_ms, rotations_per_second, rotation_burst
 //
@@ -55,6 +55,9 @@ struct DaemonSettings {
   // Prometheus metrics over HTTP (daemon/metrics_server.h): "IP:PORT" or "[IPv6]:PORT"; empty:
   // off (the default; `off` in the file means the same).
   std::string metrics_listen;
+  // Path events each worker's observer ring holds between two path manager ticks
+  // (api::ContextOptions::observed_event_depth); 0: `auto`, ObservedEventDepth() below.
+  uint32_t observed_event_depth = 0;
 };
 
 // [limits]: reloadable.
@@ -78,6 +81,27 @@ struct Config {
   LimitSettings limits;
   PathSettings paths;
 };
+
+// The observer ring's depth `auto` gives (and the ring's bounds): every path of max_connections
+// connections of kAutoPathsPerConnection paths (conn.add's default) changing kAutoEventsPerPath
+// times within one tick, rounded up to a power of two, within [kMinAutoObservedEventDepth,
+// kMaxObservedEventDepth]. Why that much: the daemon's own connections' path events reach it
+// through these rings only (the path manager drains them every 5 ms, daemon.h), and a fabric
+// failure is a burst: a spine that fails under 4,000 connections of 8 paths moves every path
+// behind it at once, and a failing path says 3 things in the same instant (failed, the port
+// rotated, probing; suspect shortly before), then active again after its probe. With the old
+// fixed 1,024 such a burst lost most of its record (observed_events_dropped). A ring is 24 bytes
+// an event, allocated and touched at start: 3 MiB a worker for the default 4,096 connections.
+// Simpler than draining more often when a ring fills (the worker would have to wake the path
+// manager, which runs on the daemon's main thread), and sound as long as one tick's events fit.
+// Taken from max_connections at start: a reload that raises max_connections does not resize
+// the rings (observed_event_depth needs a restart).
+inline constexpr uint32_t kAutoPathsPerConnection = 8;
+inline constexpr uint32_t kAutoEventsPerPath = 4;
+inline constexpr uint32_t kMinAutoObservedEventDepth = 1024;
+inline constexpr uint32_t kMaxObservedEventDepth = uint32_t{1} << 24;
+// The depth the daemon asks for: observed_event_depth, or `auto`'s.
+uint32_t ObservedEventDepth(const Config& config);
 
 // One command-line flag that sets a config key, e.g. {"--workers", "workers", "2"}.
 struct ConfigOverride {

@@ -131,6 +131,8 @@ void CopyMembers(const Json& from, Json& to, absl::string_view except) {
   }
 }
 
+}  // namespace
+
 api::ContextOptions ContextOptionsFrom(const Config& config) {
   api::ContextOptions o;
   const DaemonSettings& d = config.daemon;
@@ -146,10 +148,9 @@ api::ContextOptions ContextOptionsFrom(const Config& config) {
   o.cpus = d.cpus;
   o.udp_port = d.udp_port;
   o.mtu = 0;  // the largest every plane's interface carries
+  o.observed_event_depth = ObservedEventDepth(config);
   return o;
 }
-
-}  // namespace
 
 PortFeatures FeaturesFromDescriptions(const std::vector<std::string>& descriptions) {
   PortFeatures f;
@@ -448,6 +449,7 @@ absl::StatusOr<Json> Daemon::ShowDaemon(const Json& params) {
   j["udp_port"] = c.daemon.udp_port;
   j["control_port"] = connections_->control_port();
   j["workers"] = c.daemon.workers;
+  j["observed_event_depth"] = context_->options().observed_event_depth;
   j["versions"] = Versions();
   Json& f = j["features"] = Json::MakeObject();
   f["zero_copy"] = features_.zero_copy;

@@ -75,6 +75,9 @@ PortFeatures FeaturesFromDescriptions(const std::vector<std::string>& descriptio
 // The policy a config's [paths] section sets.
 PathPolicy PathPolicyFrom(const PathSettings& paths);
 ConnectionLimits ConnectionLimitsFrom(const LimitSettings& limits);
+// The daemon's Context: the config's interfaces, port kind, workers, and the observer rings'
+// depth (ObservedEventDepth).
+api::ContextOptions ContextOptionsFrom(const Config& config);
 AppLimits AppLimitsFrom(const LimitSettings& limits);
 
 class Daemon {

@@ -26,9 +26,10 @@
 //     daemon creates application connections with engine::ObservePathEvents::kYes: their owner
 //     worker puts a copy of every event into its observer ring.
 // The record misses nothing but what a full observer ring dropped (counted per worker,
-// observed_events_dropped). Chosen over an engine callback (it would run on the worker thread
-// and take the daemon's locks on the data path) and over polling each connection through the
-// control queue (a worker wake-up per connection every tick). The records of deleted
+// observed_events_dropped; the rings' depth is the config's observed_event_depth, sized for a
+// fabric failure's burst: config.h). Chosen over an engine callback (it would run on the worker
+// thread and take the daemon's locks on the data path) and over polling each connection through
+// the control queue (a worker wake-up per connection every tick). The records of deleted
 // connections are dropped once a second. Each event recorded gets a sequence number, in the
 // order of the instants of each tick's events: path.events lists by it, in pages
 // (daemon/listing.h).

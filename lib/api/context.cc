@@ -82,6 +82,10 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
     return absl::InvalidArgumentError(absl::StrCat("mtu ", options.mtu, " is out of range"));
   }
   if (options.udp_port == 0) return absl::InvalidArgumentError("udp_port must not be 0");
+  if (options.observed_event_depth < 1 || options.observed_event_depth > (uint32_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "observed_event_depth ", options.observed_event_depth, " is out of range: 1..16777216"));
+  }
   std::vector<io::IpAddress> addresses;
   for (size_t i = 0; i < options.planes.size(); ++i) {
     absl::StatusOr<io::IpAddress> a = io::IpAddress::Parse(options.planes[i].local_ip);
@@ -98,6 +102,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   eo.cpus = options.cpus;
   eo.idle = options.idle;
   eo.spins_before_sleep = options.spins_before_sleep;
+  eo.observed_event_depth = options.observed_event_depth;
   eo.max_datagram_bytes = static_cast<uint32_t>(
       std::max<size_t>(options.mtu + wire::kDataHeadersSize, wire::kMaxHeadersSize) + 64);
   auto engine_factory = [&options, &addresses, &factory](int worker, int plane) {

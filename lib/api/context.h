@@ -93,6 +93,13 @@ struct ContextOptions {
   // Payload bytes per data packet; both peers must agree. Context::Create(options) also takes 0:
   // the largest that fits every plane's interface (Datapath::DefaultMtu).
   uint32_t mtu = 4096;
+  // Embedded contexts: path events each engine worker's observer ring holds (1..2^24, rounded up
+  // to a power of two; engine::EngineOptions::observed_event_depth) for connections whose events
+  // are observed (ConnectOptions::path_events_to_observer, an operator's copies). Whoever drains
+  // them (Engine::PollObservedEvents) loses what arrives while the ring is full
+  // (WorkerStats::observed_events_dropped): a host's operator side sizes it for the burst it
+  // must not lose between two drains (metaroced: daemon/config.h, observed_event_depth).
+  uint32_t observed_event_depth = 1024;
 };
 
 struct ConnectOptions {

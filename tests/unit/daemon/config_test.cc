@@ -49,6 +49,8 @@ TEST(Config, Defaults) {
   EXPECT_EQ(k.daemon.log_format, LogFormat::kText);
   EXPECT_EQ(k.daemon.metrics_listen, "");  // off
   EXPECT_EQ(FormatConfigValue(k, "metrics_listen"), "off");
+  EXPECT_EQ(k.daemon.observed_event_depth, 0u);  // auto
+  EXPECT_EQ(FormatConfigValue(k, "observed_event_depth"), "auto");
   EXPECT_EQ(k.limits.max_connections, 4096u);
   EXPECT_EQ(k.limits.max_paths, 256);
   EXPECT_EQ(k.limits.max_memory_bytes, uint64_t{1} << 30);
@@ -75,6 +77,7 @@ workers = 2
 cpus = 0,2-3
 log_format = json
 metrics_listen = 127.0.0.1:9469
+observed_event_depth = 5000
 
 [limits]
 max_connections = 10
@@ -100,6 +103,8 @@ rotation_burst = 3
   EXPECT_THAT(k.daemon.cpus, ElementsAre(0, 2, 3));
   EXPECT_EQ(k.daemon.log_format, LogFormat::kJson);
   EXPECT_EQ(k.daemon.metrics_listen, "127.0.0.1:9469");
+  EXPECT_EQ(k.daemon.observed_event_depth, 5000u);
+  EXPECT_EQ(ObservedEventDepth(k), 5000u);  // as given: the engine rounds it up
   EXPECT_EQ(k.limits.max_connections, 10u);
   EXPECT_EQ(k.limits.max_paths, 16);
   EXPECT_EQ(k.limits.max_memory_bytes, uint64_t{64} << 20);
@@ -196,6 +201,13 @@ TEST(Config, BadValues) {
       {"cpus = 3-1", "cpus: range '3-1' runs backwards"},
       {"cpus = a", "cpus: 'a' is not an integer in 0..4095"},
       {"log_format = xml", "log_format: 'xml' is not one of text, json"},
+      {"observed_event_depth = 0",
+       "observed_event_depth: 0 is not in 1..16777216 (events per worker), or auto"},
+      {"observed_event_depth = 16777217",
+       "observed_event_depth: 16777217 is not in 1..16777216 (events per worker), or auto"},
+      {"observed_event_depth = big",
+       "observed_event_depth: 'big' is not an integer in 1..16777216 (events per worker), or "
+       "auto"},
       {"metrics_listen = 9469",
        "metrics_listen: '9469' is not IP:PORT (e.g. 127.0.0.1:9469 or [::1]:9469; off: no "
        "listener)"},
@@ -414,6 +426,25 @@ TEST_F(ConfigFile, TheInstalledExampleIsValidOnceInterfacesAreGiven) {
   }
 }
 
+// `auto` sizes the observer rings for every path of max_connections connections of 8 paths to
+// change 4 times within one tick (config.h): 131,072 events for the default 4,096 connections,
+// where the engine's own default, 1,024, is 128 times too few.
+TEST(Config, AutoObservedEventDepthFollowsMaxConnections) {
+  Config c;
+  EXPECT_EQ(ObservedEventDepth(c), 131072u);
+  c.limits.max_connections = 4000;
+  EXPECT_EQ(ObservedEventDepth(c), 131072u);  // 128,000 rounded up to a power of two
+  c.limits.max_connections = 1;
+  EXPECT_EQ(ObservedEventDepth(c), kMinAutoObservedEventDepth);
+  c.limits.max_connections = 1u << 20;
+  EXPECT_EQ(ObservedEventDepth(c), kMaxObservedEventDepth);
+  c.daemon.observed_event_depth = 64;
+  EXPECT_EQ(ObservedEventDepth(c), 64u);
+  LoadedConfig a = Parse(WithInterfaces("observed_event_depth = auto\n"));
+  ASSERT_TRUE(a.ok()) << ::testing::PrintToString(a.errors);
+  EXPECT_EQ(a.config.daemon.observed_event_depth, 0u);
+}
+
 // ---- reload ----
 
 TEST(ConfigReload, DiffListsChangedKeysAndWhichAreReloadable) {
@@ -464,6 +495,7 @@ workers = 1
 cpus = 1
 log_format = json
 metrics_listen = 127.0.0.1:9469
+observed_event_depth = 2048
 [limits]
 max_connections = 1
 max_paths = 1

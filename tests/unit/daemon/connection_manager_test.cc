@@ -1,7 +1,8 @@
 // ConnectionManager's liveness against a stand-in peer daemon: a Context whose Listener accepts
 // as a daemon does (its identity in the private data), keeps each connection's link, and writes
 // heartbeats on the links the test names. Both contexts run over MemoryPort pairs; the exchange
-// and the links are TCP on 127.0.0.1. Over the same connections: conn.show by pages.
+// and the links are TCP on 127.0.0.1. Over the same connections: conn.show by pages, and the
+// path manager's record of a burst of path events through observer rings of the daemon's depth.
 #include "daemon/connection_manager.h"
 
 #include <algorithm>
@@ -13,6 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/app_session.h"
+#include "daemon/config.h"
+#include "daemon/path_manager.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/io/memory_port.h"
@@ -33,6 +37,13 @@ api::ContextOptions Options(const char* ip) {
   o.port_kind = api::PortKind::kMemory;
   o.workers = 1;
   o.mtu = 1024;
+  return o;
+}
+
+// Our side runs as metaroced's Context does: observer rings of the daemon's default depth.
+api::ContextOptions DaemonOptions(const char* ip) {
+  api::ContextOptions o = Options(ip);
+  o.observed_event_depth = ObservedEventDepth(Config{});
   return o;
 }
 
@@ -57,7 +68,7 @@ class Liveness : public ::testing::Test {
         return std::unique_ptr<io::PacketPort>(std::move(ports_[side]));
       };
     };
-    ours_ = *api::Context::Create(Options("198.18.0.1"), factory(0));
+    ours_ = *api::Context::Create(DaemonOptions("198.18.0.1"), factory(0));
     peer_ = *api::Context::Create(Options("198.18.0.2"), factory(1));
     peer_cq_ = *peer_->CreateCompletionQueue(64);
     listener_ = *peer_->Listen(0, "127.0.0.1");
@@ -79,7 +90,7 @@ class Liveness : public ::testing::Test {
 
   // conn.add to the stand-in peer, which accepts as a daemon that shares its liveness across
   // links or not.
-  void Add(bool per_peer) {
+  void Add(bool per_peer, int paths = 2) {
     Json identity = Json::MakeObject();
     identity["kind"] = "metaroced";
     identity["version"] = 1;
@@ -103,7 +114,7 @@ class Liveness : public ::testing::Test {
     });
     Json params = Json::MakeObject();
     params["peer"] = absl::StrCat("127.0.0.1:", listener_->port());
-    params["paths"] = 2;
+    params["paths"] = paths;
     absl::StatusOr<Json> added = manager_->Add(params);
     accept.join();
     ASSERT_TRUE(added.ok()) << added.status();
@@ -224,6 +235,72 @@ TEST_F(Liveness, ConnShowPagesListEveryConnectionOnce) {
   EXPECT_EQ(all->Find("next"), nullptr);
   params["limit"] = 0;
   EXPECT_EQ(manager_->Show(params).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A burst of path events larger than the observer ring's old depth (1,024 per worker), all
+// within one path manager tick: 4 connections of 256 paths each rotated at once (a rotation is
+// two events, the port and the state probing, and the probe's answer a third), the path manager
+// not draining meanwhile. With the daemon's default depth nothing is dropped, and path.events,
+// by pages, lists each event once, in sequence order.
+TEST_F(Liveness, ABurstBeyondTheOldObserverDepthIsKeptAndPagedOnce) {
+  ASSERT_GE(ObservedEventDepth(Config{}), 4096u);
+  core::ConnectionConfig tuning = api::HostTuning();
+  tuning.rotation_holddown = std::chrono::nanoseconds(0);
+  tuning.rotation_burst = 1024;
+  tuning.rotation_rate = 1e6;
+  manager_->SetTuning(tuning);
+  constexpr int kConnections = 4;
+  constexpr int kPaths = 256;
+  Add(/*per_peer=*/true, kPaths);
+  BeatOn(0);  // alive for as long as the test takes
+  for (int i = 1; i < kConnections; ++i) Add(/*per_peer=*/true, kPaths);
+  AppSessions apps(*ours_, AppSessionsOptions{});
+  PathPolicy policy;
+  policy.events_kept = 4096;
+  PathManager paths(*manager_, apps, policy, absl::Now());
+
+  std::vector<uint32_t> ids = manager_->Ids("");
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kConnections));
+  for (uint32_t id : ids) {
+    for (uint16_t p = 0; p < kPaths; ++p) {
+      ASSERT_TRUE(manager_->Find(id)->RequestRotation(p).ok());
+    }
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // the probes' answers
+  uint64_t dropped = 0;
+  for (const engine::WorkerStats& w : ours_->Stats()) dropped += w.observed_events_dropped;
+  EXPECT_EQ(dropped, 0u);
+
+  Json params = Json::MakeObject();
+  params["limit"] = 500;
+  std::vector<uint64_t> seqs;
+  size_t manual_rotations = 0, pages = 0;
+  while (true) {
+    absl::StatusOr<Json> page = paths.Events(params);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ++pages;
+    for (const Json& e : page->Find("events")->array()) {
+      seqs.push_back(*e.Find("seq")->AsUint());
+      if (e.Find("kind")->AsString() == "rotation" && e.Find("reason")->AsString() == "manual") {
+        ++manual_rotations;
+      }
+    }
+    const Json* next = page->Find("next");
+    if (next == nullptr) break;
+    params["after"] = *next;
+  }
+  EXPECT_EQ(manual_rotations, static_cast<size_t>(kConnections * kPaths));
+  EXPECT_GE(seqs.size(), static_cast<size_t>(2 * kConnections * kPaths));
+  EXPECT_GE(pages, 5u);
+  EXPECT_TRUE(std::is_sorted(seqs.begin(), seqs.end()));
+  EXPECT_EQ(std::adjacent_find(seqs.begin(), seqs.end()), seqs.end());  // each once
+  // One connection's record, by pages too.
+  Json one = Json::MakeObject();
+  one["conn"] = ids[0];
+  absl::StatusOr<Json> first = paths.Events(one);
+  ASSERT_TRUE(first.ok());
+  EXPECT_GE(first->Find("events")->size(), static_cast<size_t>(2 * kPaths));
+  EXPECT_EQ(first->Find("next"), nullptr);
 }
 
 }  // namespace

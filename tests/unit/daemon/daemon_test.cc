@@ -67,5 +67,16 @@ TEST(ConfigToManagers, DefaultsMatchTheManagersOwn) {
   EXPECT_EQ(limits.max_paths, ConnectionLimits().max_paths);
 }
 
+// The daemon's Context gets observer rings sized from the config (config.h, `auto`), not the
+// engine's default of 1,024 events, which a failure under 4,000 connections overflows.
+TEST(ConfigToManagers, ContextObserverRingsFollowTheConfig) {
+  Config c;
+  c.daemon.interfaces = {"pl0"};
+  EXPECT_EQ(ContextOptionsFrom(c).observed_event_depth, ObservedEventDepth(c));
+  EXPECT_GT(ContextOptionsFrom(c).observed_event_depth, api::ContextOptions().observed_event_depth);
+  c.daemon.observed_event_depth = 3000;
+  EXPECT_EQ(ContextOptionsFrom(c).observed_event_depth, 3000u);
+}
+
 }  // namespace
 }  // namespace metaroce::daemon
