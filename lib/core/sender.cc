@@ -825,9 +825,10 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   // the connection is idle would otherwise keep each other's expiries from counting until the
   // connection itself gave up. Their data goes to the idle paths as hedges [R5b]: if the hedges
   // are acknowledged the connection made progress, and this path's next expiry counts.
-  const bool idle_sibling = std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
-    return &p != &path && Usable(p) && p.outstanding() == 0;
-  });
+  const bool idle_sibling =
+      !attributable && std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
+        return &p != &path && Usable(p) && p.outstanding() == 0;
+      });  // (asked only of an expiry the silence reading would set aside)
   if (!attributable && !path.overtaken && idle_sibling) Hedge(now, path);
   path.last_timeout_at = now;
   if (cfg_.profile.recovery == RecoveryPolicy::kGoBackN) {

@@ -455,6 +455,14 @@ size_t Worker::DrainRings(core::Instant now, RequestRing<Wr> ConnectionChannel::
   return total;
 }
 
+void Worker::CountRetry(const OwnedConnection& oc) {
+  if (oc.send == RingState::kMore || oc.recv == RingState::kMore) {
+    ++retry_awake_;  // work left by the budget: the worker must not sleep
+  } else if (oc.send == RingState::kAppFull || oc.recv == RingState::kAppFull) {
+    ++retry_app_;  // waits for the application to poll: sleep briefly
+  }
+}
+
 void Worker::RetireActive() {
   for (OwnedConnection* oc : active_) {
     if (oc->send == RingState::kDone && oc->recv == RingState::kDone) {
@@ -462,11 +470,7 @@ void Worker::RetireActive() {
       continue;
     }
     retry_.push_back(oc);
-    if (oc->send == RingState::kMore || oc->recv == RingState::kMore) {
-      ++retry_awake_;
-    } else if (oc->send == RingState::kAppFull || oc->recv == RingState::kAppFull) {
-      ++retry_app_;
-    }
+    CountRetry(*oc);
   }
   active_.clear();
 }
@@ -718,13 +722,7 @@ absl::Status Worker::RemoveConnection(uint32_t conn_id) {
   // Control tasks run between loops: active_ is empty, retry_ and unmarked_ may name it.
   if (oc.queued && std::erase(retry_, &oc) > 0) {
     retry_awake_ = retry_app_ = 0;  // recounted for what is left
-    for (const OwnedConnection* r : retry_) {
-      if (r->send == RingState::kMore || r->recv == RingState::kMore) {
-        ++retry_awake_;
-      } else if (r->send == RingState::kAppFull || r->recv == RingState::kAppFull) {
-        ++retry_app_;
-      }
-    }
+    for (const OwnedConnection* r : retry_) CountRetry(*r);
   }
   if (oc.marks != nullptr) {
     ReleaseSlot(oc);

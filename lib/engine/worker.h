@@ -292,6 +292,9 @@ class Worker {
                     RingState OwnedConnection::*state);
   // After both drains: active connections with work left go to retry_, the others leave.
   void RetireActive();
+  // Counts a connection left in retry_ into retry_awake_ or retry_app_ (RetireActive, and
+  // RemoveConnection recounting what is left).
+  void CountRetry(const OwnedConnection& oc);
   // Slots: a free one of `table` for `oc` (false when all are taken), and its release.
   bool TakeSlot(MarkTable& table, OwnedConnection& oc);
   void ReleaseSlot(OwnedConnection& oc);

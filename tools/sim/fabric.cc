@@ -101,7 +101,7 @@ Fabric::SendResult Fabric::Send(Direction direction, const core::TxMeta& meta,
   Link& link = links_[result.physical_path][static_cast<size_t>(direction)];
   result.transmission = link.Send(queue_.now(), WireBytes(udp_payload.size()));
   if (result.transmission.drop != DropCause::kNone) {
-    Recycle(std::move(udp_payload));
+    buffers_.Recycle(std::move(udp_payload));
     return result;
   }
 
@@ -114,23 +114,9 @@ Fabric::SendResult Fabric::Send(Direction direction, const core::TxMeta& meta,
   queue_.ScheduleOnLane(lane, result.transmission.arrival,
                         [this, d = std::move(datagram)]() mutable {
                           deliver_(d);
-                          Recycle(std::move(d.bytes));
+                          buffers_.Recycle(std::move(d.bytes));
                         });
   return result;
-}
-
-void Fabric::Recycle(std::vector<std::byte>&& bytes) {
-  constexpr size_t kMaxSpare = 1 << 16;
-  if (bytes.capacity() == 0 || spare_buffers_.size() >= kMaxSpare) return;
-  bytes.clear();
-  spare_buffers_.push_back(std::move(bytes));
-}
-
-std::vector<std::byte> Fabric::TakeBuffer() {
-  if (spare_buffers_.empty()) return {};
-  std::vector<std::byte> b = std::move(spare_buffers_.back());
-  spare_buffers_.pop_back();
-  return b;
 }
 
 }  // namespace metaroce::sim

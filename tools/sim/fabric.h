@@ -36,6 +36,7 @@
 #include "lib/core/packet_sink.h"
 #include "lib/core/types.h"
 #include "tools/sim/event_queue.h"
+#include "tools/sim/packet_buffer_pool.h"
 #include "tools/sim/rng.h"
 
 namespace metaroce::sim {
@@ -152,7 +153,7 @@ class Fabric {
   SendResult Send(Direction direction, const core::TxMeta& meta, std::vector<std::byte> udp_payload);
   // An empty byte buffer for the next packet, recycled from delivered or dropped ones (a run
   // moves millions of packets; allocating each one's bytes cost more than its journey).
-  std::vector<std::byte> TakeBuffer();
+  std::vector<std::byte> TakeBuffer() { return buffers_.Take(); }
 
   uint16_t path_count() const { return static_cast<uint16_t>(links_.size()); }
   const Link& link(uint16_t physical_path, Direction direction) const {
@@ -160,14 +161,12 @@ class Fabric {
   }
 
  private:
-  void Recycle(std::vector<std::byte>&& bytes);
-
   std::vector<std::array<Link, 2>> links_;  // [path][direction]
   // A link is FIFO (its arrivals are in time order): each has its lane of the event queue.
   std::vector<std::array<EventQueue::Lane, 2>> lanes_;
   EventQueue& queue_;
   DeliverFn deliver_;
-  std::vector<std::vector<std::byte>> spare_buffers_;
+  PacketBufferPool buffers_;
 };
 
 }  // namespace metaroce::sim

@@ -172,24 +172,9 @@ uint32_t LeafSpineFabric::NewSlot(FabricPacket packet) {
 }
 
 void LeafSpineFabric::FreeSlot(uint32_t slot) {
-  Recycle(std::move(slots_[slot].packet.bytes));
+  buffers_.Recycle(std::move(slots_[slot].packet.bytes));
   slots_[slot].packet.bytes = {};
   free_slots_.push_back(slot);
-}
-
-void LeafSpineFabric::Recycle(std::vector<std::byte>&& bytes) {
-  constexpr size_t kMaxSpare = 1 << 16;
-  constexpr size_t kMinSpare = 1024;  // headers-only buffers (FabricPacket::payload) go back
-  if (bytes.capacity() < kMinSpare || spare_buffers_.size() >= kMaxSpare) return;
-  bytes.clear();
-  spare_buffers_.push_back(std::move(bytes));
-}
-
-std::vector<std::byte> LeafSpineFabric::TakeBuffer() {
-  if (spare_buffers_.empty()) return {};
-  std::vector<std::byte> b = std::move(spare_buffers_.back());
-  spare_buffers_.pop_back();
-  return b;
 }
 
 void LeafSpineFabric::Send(FabricPacket packet) {
@@ -288,7 +273,7 @@ void LeafSpineFabric::OnArrival(uint32_t node, uint32_t ingress, uint32_t slot) 
       packet.payload = {};
     }
     deliver_(packet);
-    Recycle(std::move(packet.bytes));
+    buffers_.Recycle(std::move(packet.bytes));
     return;
   }
   s.ingress = ingress;

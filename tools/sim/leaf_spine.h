@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "lib/core/types.h"
 #include "tools/sim/event_queue.h"
+#include "tools/sim/packet_buffer_pool.h"
 #include "tools/sim/fabric.h"
 #include "tools/sim/rng.h"
 
@@ -146,7 +147,7 @@ class LeafSpineFabric {
   // An empty byte buffer for the next packet, recycled from packets delivered or dropped: a
   // cluster moves millions of packets, and allocating each one's bytes costs more than the
   // rest of its journey.
-  std::vector<std::byte> TakeBuffer();
+  std::vector<std::byte> TakeBuffer() { return buffers_.Take(); }
 
   // The spine a leaf's ECMP picks for this packet's 5-tuple now (routing as it stands), or -1
   // when the packet stays under its leaf or no spine leads to the destination.
@@ -227,8 +228,7 @@ class LeafSpineFabric {
   std::vector<uint64_t> leaf_seed_;  // ECMP seed per leaf node (indexed by node)
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
-  std::vector<std::vector<std::byte>> spare_buffers_;
-  void Recycle(std::vector<std::byte>&& bytes);
+  PacketBufferPool buffers_;
   uint64_t delivered_ = 0;
   uint64_t unrouted_ = 0;  // dropped by a leaf with no spine toward the destination
   uint64_t max_switch_buffer_ = 0;

@@ -728,7 +728,6 @@ TEST(Sender_Health, AConnectionSilentForTheRecoveryCapFailsOnePathPerCap) {
   // past the cap fails one path, each later cap one more.
   r.RunTimersUntil(At(40000 * kUs));
   std::vector<std::string> failures;
-  std::vector<Instant> probes;
   for (const PathEvent& e : r.RawEvents()) {
     if (e.kind == PathEvent::Kind::kStateChange && e.to == PathState::kFailed) {
       EXPECT_EQ(e.reason, PathEventReason::kSilence);
