@@ -179,6 +179,7 @@ void LeafSpineFabric::FreeSlot(uint32_t slot) {
 
 void LeafSpineFabric::Send(FabricPacket packet) {
   const uint32_t node = HostNode(packet.plane, packet.src_host);
+  data_sent_ += packet.data;
   const uint32_t slot = NewSlot(std::move(packet));
   Enqueue(node, nodes_[node].first_port, slot);
 }
@@ -315,6 +316,7 @@ void LeafSpineFabric::Drop(uint32_t port, uint32_t slot, FabricDrop why) {
     // The slot's ingress port belongs to the node that holds it.
     Leave(node, slot);
   }
+  data_dropped_[static_cast<size_t>(why)] += slots_[slot].packet.data;
   if (port != kNone) {
     ++ports_[port].counters.dropped[static_cast<size_t>(why)];
   } else {
@@ -452,9 +454,25 @@ FabricTotals LeafSpineFabric::Totals() const {
     t.paused_ns += p.counters.paused_ns;
     if (p.paused) t.paused_ns += (queue_.now() - p.paused_since).count();
   }
+  t.data_sent = data_sent_;
+  for (size_t i = 0; i < static_cast<size_t>(FabricDrop::kCount); ++i) {
+    t.data_dropped[i] = data_dropped_[i];
+  }
   t.max_switch_buffer_bytes = max_switch_buffer_;
   t.route_changes = route_changes_;
   return t;
+}
+
+uint64_t LeafSpineFabric::MaxSwitchBacklogBytes() const {
+  // A plane's ports are its hosts' NICs, then its leaves' and its spines' ports, in that order.
+  uint64_t deepest = 0;
+  for (uint8_t plane = 0; plane < config_.planes; ++plane) {
+    const uint32_t first = nodes_[LeafNode(plane, 0)].first_port;
+    const Node& last_spine = nodes_[SpineNode(plane, config_.spines - 1)];
+    const uint32_t end = last_spine.first_port + last_spine.port_count;
+    for (uint32_t i = first; i < end; ++i) deepest = std::max(deepest, ports_[i].backlog_bytes);
+  }
+  return deepest;
 }
 
 }  // namespace metaroce::sim

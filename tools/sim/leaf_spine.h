@@ -101,6 +101,9 @@ struct FabricPacket {
   uint16_t src_port = 0;
   uint16_t dst_port = 0;
   bool ce = false;
+  // A data packet (its sender says so; the cluster sets it from the opcode): counted apart from
+  // ACKs and probes in data_sent and data_dropped.
+  bool data = false;
   std::vector<std::byte> bytes;  // the UDP payload (wire size adds kWireOverheadBytes)
   // More of it, by reference: bytes in memory that outlives the packet and never changes while
   // the fabric runs (the simulator's source pattern). Counted in the wire size, and appended to
@@ -124,7 +127,11 @@ struct PortCounters {
 
 struct FabricTotals {
   uint64_t delivered = 0;
-  uint64_t dropped[static_cast<size_t>(FabricDrop::kCount)] = {};
+  uint64_t dropped[static_cast<size_t>(FabricDrop::kCount)] = {};  // every packet
+  // Data packets only (FabricPacket::data): offered at the hosts' NICs (first sends and
+  // resends alike), and dropped, by cause (a part of `dropped`).
+  uint64_t data_sent = 0;
+  uint64_t data_dropped[static_cast<size_t>(FabricDrop::kCount)] = {};
   uint64_t ce_marked = 0;
   uint64_t pauses = 0;
   int64_t paused_ns = 0;
@@ -158,6 +165,13 @@ class LeafSpineFabric {
   // toward a host or a spine, a spine's port toward a leaf).
   const PortCounters& counters(const FabricLink& link, bool upward) const;
   FabricTotals Totals() const;
+  // Queue depths now (bytes queued, the packet on the wire included), for timelines: the deepest
+  // output queue of any switch (leaf or spine; hosts' NIC queues are the transport's, not the
+  // fabric's), and the queue of one port (a leaf's port toward a host: upward = false).
+  uint64_t MaxSwitchBacklogBytes() const;
+  uint64_t BacklogBytes(const FabricLink& link, bool upward) const {
+    return ports_[PortIndex(link, upward)].backlog_bytes;
+  }
   const LeafSpineConfig& config() const { return config_; }
 
  private:
@@ -231,6 +245,8 @@ class LeafSpineFabric {
   PacketBufferPool buffers_;
   uint64_t delivered_ = 0;
   uint64_t unrouted_ = 0;  // dropped by a leaf with no spine toward the destination
+  uint64_t data_sent_ = 0;
+  uint64_t data_dropped_[static_cast<size_t>(FabricDrop::kCount)] = {};
   uint64_t max_switch_buffer_ = 0;
   uint64_t route_changes_ = 0;
   uint32_t routed_down_links_ = 0;  // fast path: no routing exceptions at all

@@ -201,6 +201,64 @@ TEST(LeafSpine_Lossy, IncastMarksThenTailDropsAtTheBottleneck) {
   EXPECT_GE(marked, bottleneck.ce_marked);  // marked after the tail-drop check: all delivered
 }
 
+// The same incast, half of it data: data packets are counted apart when offered and dropped; the
+// deepest switch queue, read after every event, peaks where the ports' counters say (hosts' NIC
+// queues, deeper still, are not the fabric's).
+TEST(LeafSpine_Lossy, CountsDataApartAndReadsQueueDepths) {
+  LeafSpineConfig c = Small();
+  c.queue_bytes = 20'000;
+  c.ecn_threshold_bytes = 5'000;
+  EventQueue queue;
+  LeafSpineFabric fabric(c, queue, [](FabricPacket&) {});
+  uint64_t data = 0;
+  for (int i = 0; i < 50; ++i) {
+    for (uint32_t src = 4; src < 8; ++src) {
+      FabricPacket p;
+      p.src_host = src;
+      p.dst_host = 0;
+      p.src_port = static_cast<uint16_t>(50000 + i);
+      p.dst_port = 4791;
+      p.data = (i + src) % 2 == 0;
+      data += p.data;
+      p.bytes.assign(kPayload, std::byte{0});
+      fabric.Send(std::move(p));
+    }
+  }
+  uint64_t deepest = 0, deepest_receiver = 0;
+  while (queue.RunNext()) {
+    const uint64_t now = fabric.MaxSwitchBacklogBytes();
+    const uint64_t receiver = fabric.BacklogBytes({0, FabricLink::Tier::kHost, 0, 0}, false);
+    EXPECT_LE(receiver, now);
+    deepest = std::max(deepest, now);
+    deepest_receiver = std::max(deepest_receiver, receiver);
+  }
+  const FabricTotals t = fabric.Totals();
+  EXPECT_EQ(t.data_sent, data);
+  const size_t tail = static_cast<size_t>(FabricDrop::kTail);
+  EXPECT_GT(t.data_dropped[tail], 0u);
+  EXPECT_LT(t.data_dropped[tail], t.dropped[tail]) << "the others were dropped too";
+  EXPECT_LE(t.data_dropped[tail], data);
+  uint64_t counted = 0;
+  for (uint32_t h = 0; h < c.hosts; ++h) {
+    counted = std::max(counted, fabric.counters({0, FabricLink::Tier::kHost, h, 0}, false)
+                                    .max_backlog_bytes);
+  }
+  for (uint32_t l = 0; l < c.leaves(); ++l) {
+    for (uint32_t s = 0; s < c.spines; ++s) {
+      for (bool up : {true, false}) {
+        counted = std::max(
+            counted, fabric.counters({0, FabricLink::Tier::kSpine, l, s}, up).max_backlog_bytes);
+      }
+    }
+  }
+  EXPECT_EQ(deepest, counted);
+  EXPECT_EQ(deepest_receiver,
+            fabric.counters({0, FabricLink::Tier::kHost, 0, 0}, false).max_backlog_bytes);
+  EXPECT_GT(fabric.counters({0, FabricLink::Tier::kHost, 4, 0}, true).max_backlog_bytes, deepest)
+      << "a sender's NIC queue holds its burst";
+  EXPECT_EQ(fabric.MaxSwitchBacklogBytes(), 0u);
+}
+
 // The same incast on a lossless fabric: nothing dropped, the bottleneck's leaf pauses the spines,
 // the spines pause the senders' leaf, which pauses the senders: pause spreads hop by hop.
 TEST(LeafSpine_Lossless, IncastDropsNothingAndPausesSpreadUpstream) {
