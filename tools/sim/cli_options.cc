@@ -472,6 +472,12 @@ const std::vector<FlagSpec>& ClusterFlags() {
        ClusterUnsigned("max-events", UINT64_MAX, [](uint64_t n, ClusterConfig& c) { c.max_events = n; })},
       {"json", "", "print the result as one JSON object",
        BoolSetter("json", [](bool b, CommandLine& out) { out.json = b; })},
+      {"timeline-us", "US",
+       "add `timeline` to the JSON: receiver goodput, queue depths, windows and bytes in flight "
+       "every US of simulated time (at most 4,000 samples: a longer run widens the bin; "
+       "default 0: off)",
+       ClusterReal("timeline-us",
+                   [](double x, ClusterConfig& c) { c.timeline_bin = FromMicros(x); })},
       {"measure", "", "add wall-clock and CPU figures and the core's heap per connection (vary per run)",
        BoolSetter("measure", [](bool b, CommandLine& out) { out.cluster_config.measure = b; })},
       {"quiet", "", "no progress lines on stderr",

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <span>
 #include <utility>
@@ -93,6 +94,7 @@ class Cluster {
   struct Message {
     uint64_t size = 0;
     uint64_t placed = 0;
+    Instant posted{0};
     std::vector<uint64_t> got;  // bit per MTU-sized piece placed: each exactly once
   };
 
@@ -124,6 +126,10 @@ class Cluster {
   void OnCompletion(const core::Completion& wc);
   void EndStep();
   void Progress(bool last);
+  // Timeline (cluster.h): samples every bin whose end the next event reaches, after each event.
+  void SampleDue();
+  void TakeSample();
+  void CompactTimeline();
 
   ClusterConfig config_;
   EventQueue queue_;
@@ -149,6 +155,15 @@ class Cluster {
   Instant step_started_{0};
   bool done_ = false;
   uint64_t heap_bytes_ = 0;
+  uint32_t workload_conns_ = 0;  // connections [0, workload_conns_) are the workload's
+  double step_ideal_us_ = 0;
+  std::vector<double> message_us_;  // completion time of every successful workload message
+  // Timeline.
+  bool timeline_on_ = false;
+  int64_t bin_ns_ = 0;
+  int64_t next_sample_ns_ = 0;  // end of the bin being filled
+  uint64_t rx_bin_bytes_ = 0;   // workload payload placed since the last sample
+  std::vector<uint32_t> sampled_conns_;
   ClusterResult result_;
   std::chrono::steady_clock::time_point wall_start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_progress_ = wall_start_;
@@ -285,11 +300,25 @@ absl::Status Cluster::Setup() {
       hosts_[dst].conn_of_local_id.push_back(index);
     }
   }
+  workload_conns_ = static_cast<uint32_t>(foreground * config_.connections_per_pair);
+  if (config_.timeline_bin.count() > 0) {
+    timeline_on_ = true;
+    bin_ns_ = config_.timeline_bin.count();
+    next_sample_ns_ = bin_ns_;
+    const uint32_t n = std::min<uint32_t>(64, workload_conns_);
+    for (uint32_t i = 0; i < n; ++i) {
+      sampled_conns_.push_back(static_cast<uint32_t>(uint64_t{i} * workload_conns_ / n));
+    }
+    result_.has_timeline = true;
+    result_.timeline.requested_bin_us = static_cast<double>(bin_ns_) / 1000.0;
+    result_.timeline.connections_sampled = n;
+  }
   result_.hosts = H;
   result_.flows = flows_.size();
   result_.connections = conns_.size();
   // Ideal time: every step moves the same bytes per flow.
-  result_.ideal_us = IdealStepUs(message) * StepsTotal();
+  step_ideal_us_ = IdealStepUs(message);
+  result_.ideal_us = step_ideal_us_ * StepsTotal();
   queue_.Schedule(Instant{0}, [this] { StartStep(); });
   return absl::OkStatus();
 }
@@ -359,6 +388,7 @@ void Cluster::OnTransmit(uint32_t host, const core::TxMeta& meta,
   p.plane = conn.plane != kNoPlane ? conn.plane : meta.plane;
   p.src_port = meta.src_port;
   p.dst_port = meta.dst_port;
+  p.data = headers.size() > 1 && wire::IsData(static_cast<wire::Opcode>(headers[1]));
   // Payload from the source pattern (immutable for the run) travels by reference: a packet in
   // flight holds its headers only. Anything else (none today) is copied.
   const bool in_pattern = !payload.empty() && payload.data() >= pattern_.data() &&
@@ -408,6 +438,10 @@ void Cluster::OnPlaced(uint32_t host, core::Connection& c, uint32_t msg_seq, uin
   word |= bit;
   m.placed += placed.size();
   result_.bytes_verified += placed.size();
+  if (!flows_[conns_[conn].flow].background) {
+    result_.workload_bytes_placed += placed.size();
+    rx_bin_bytes_ += placed.size();
+  }
 }
 
 void Cluster::AfterHostEvent(uint32_t host) {
@@ -428,6 +462,7 @@ void Cluster::AfterHostEvent(uint32_t host) {
             ++result_.port_rotations;
           } else {
             ++result_.path_state_changes;
+            if (e.to == core::PathState::kFailed) ++result_.paths_failed;
           }
           ++result_.path_events_by_reason[std::string(core::PathEventReasonName(e.reason))];
         }
@@ -476,7 +511,8 @@ bool Cluster::PostMessage(uint32_t index, uint64_t size) {
   wr.remote_addr = dst.scratch_mr.addr;
   wr.rkey = dst.scratch_mr.rkey;
   const uint64_t pieces = std::max<uint64_t>(1, (size + config_.mtu - 1) / config_.mtu);
-  messages_[Key(index, msg_seq)] = Message{size, 0, std::vector<uint64_t>((pieces + 63) / 64)};
+  messages_[Key(index, msg_seq)] =
+      Message{size, 0, queue_.now(), std::vector<uint64_t>((pieces + 63) / 64)};
   const absl::Status s = conn.req->PostSend(queue_.now(), wr);
   if (!s.ok()) {
     messages_.erase(Key(index, msg_seq));
@@ -540,6 +576,7 @@ void Cluster::OnCompletion(const core::Completion& wc) {
   // RC: a Write completes once every byte of it was placed, each piece once (OnPlaced).
   if (success && it->second.placed != it->second.size) DataError("completed_before_placed");
   const uint64_t size = it->second.size;
+  const Instant posted = it->second.posted;
   messages_.erase(it);
   Flow& flow = flows_[conns_[conn].flow];
   if (flow.background) {
@@ -550,6 +587,7 @@ void Cluster::OnCompletion(const core::Completion& wc) {
   }
   if (success) {
     ++result_.messages_completed;
+    message_us_.push_back(static_cast<double>((queue_.now() - posted).count()) / 1000.0);
   } else {
     ++result_.messages_failed;
     ++result_.failed_by_status[std::string(core::StatusName(wc.status))];
@@ -609,9 +647,87 @@ void Cluster::Run() {
   result_.stop_reason = std::string(queue_.RunUntil(
       Instant{0} + config_.duration_cap, config_.max_events, [this] { return done_; },
       [this] {
+        if (timeline_on_ && !done_) SampleDue();
         if (config_.progress && (queue_.executed() & 0xffff) == 0) Progress(false);
       }));
   if (config_.progress) Progress(true);
+  if (timeline_on_) {
+    // The last bin: what happened since the last sample, up to the run's end (the bin may end
+    // after it).
+    while (next_sample_ns_ < queue_.now().ns) TakeSample();
+    TakeSample();
+  }
+}
+
+void Cluster::SampleDue() {
+  // No events between now and the next one: the state at every bin end up to it is the state
+  // now, and reading it schedules nothing, so the run is the same with and without a timeline.
+  if (queue_.empty()) return;  // the run ends here (idle): Run() takes the last sample
+  const int64_t until =
+      std::min(queue_.NextTime().ns, (Instant{0} + config_.duration_cap).ns);
+  while (next_sample_ns_ <= until) TakeSample();
+}
+
+void Cluster::TakeSample() {
+  ClusterTimeline& tl = result_.timeline;
+  tl.t_us.push_back(static_cast<double>(next_sample_ns_) / 1000.0);
+  tl.rx_bytes.push_back(rx_bin_bytes_);
+  rx_bin_bytes_ = 0;
+  tl.queue_kb_max.push_back(static_cast<double>(fabric_.MaxSwitchBacklogBytes()) / 1024);
+  uint64_t receiver = 0;
+  for (uint8_t plane = 0; plane < config_.fabric.planes; ++plane) {
+    receiver += fabric_.BacklogBytes(FabricLink{plane, FabricLink::Tier::kHost, 0, 0}, false);
+  }
+  tl.receiver_queue_kb.push_back(static_cast<double>(receiver) / 1024);
+  uint64_t cwnd = 0, window = 0, inflight = 0;
+  for (uint32_t index : sampled_conns_) {
+    const core::Connection& c = *conns_[index].req;
+    for (uint16_t p = 0; p < c.path_count(); ++p) {
+      const core::PathStats s = c.path_stats(p);
+      cwnd += s.cwnd_bytes;
+      // The window the sender uses (Sender::Window): the receiver's hint caps cwnd, never
+      // below one packet.
+      window += s.window_hint_bytes == 0
+                    ? s.cwnd_bytes
+                    : std::min(s.cwnd_bytes, std::max(s.window_hint_bytes, config_.mtu));
+    }
+  }
+  for (uint32_t index = 0; index < workload_conns_; ++index) {
+    const core::Connection& c = *conns_[index].req;
+    for (uint16_t p = 0; p < c.path_count(); ++p) inflight += c.path_stats(p).inflight_bytes;
+  }
+  const double n = static_cast<double>(std::max<size_t>(1, sampled_conns_.size()));
+  tl.cwnd_kb_mean.push_back(static_cast<double>(cwnd) / 1024 / n);
+  tl.window_kb_mean.push_back(static_cast<double>(window) / 1024 / n);
+  tl.inflight_kb_total.push_back(static_cast<double>(inflight) / 1024);
+  next_sample_ns_ += bin_ns_;
+  if (tl.samples() > config_.timeline_max_samples) CompactTimeline();
+}
+
+void Cluster::CompactTimeline() {
+  // Twice the bin: sample j (0-based) ends at (j + 1) x bin, so the odd ones end on the wider
+  // bins' ends and stay; the received bytes of a pair add up. An odd last sample's bytes go
+  // into the next one, whose end is that of the next wider bin.
+  ClusterTimeline& tl = result_.timeline;
+  const size_t n = tl.samples(), kept = n / 2;
+  for (size_t i = 0; i < kept; ++i) {
+    const size_t j = 2 * i + 1;
+    tl.t_us[i] = tl.t_us[j];
+    tl.rx_bytes[i] = tl.rx_bytes[j - 1] + tl.rx_bytes[j];
+    tl.queue_kb_max[i] = tl.queue_kb_max[j];
+    tl.receiver_queue_kb[i] = tl.receiver_queue_kb[j];
+    tl.cwnd_kb_mean[i] = tl.cwnd_kb_mean[j];
+    tl.window_kb_mean[i] = tl.window_kb_mean[j];
+    tl.inflight_kb_total[i] = tl.inflight_kb_total[j];
+  }
+  if (n % 2 == 1) rx_bin_bytes_ += tl.rx_bytes[n - 1];
+  for (auto* v : {&tl.t_us, &tl.queue_kb_max, &tl.receiver_queue_kb, &tl.cwnd_kb_mean,
+                  &tl.window_kb_mean, &tl.inflight_kb_total}) {
+    v->resize(kept);
+  }
+  tl.rx_bytes.resize(kept);
+  bin_ns_ *= 2;
+  next_sample_ns_ = static_cast<int64_t>(kept + 1) * bin_ns_;
 }
 
 ClusterResult Cluster::Finish() {
@@ -641,6 +757,49 @@ ClusterResult Cluster::Finish() {
     r.jain_fairness = sum_sq > 0 ? sum * sum / (static_cast<double>(n) * sum_sq) : 0;
   }
   r.fabric = fabric_.Totals();
+  // Incast figures.
+  r.messages_timed = message_us_.size();
+  r.message_p50_us = Percentile(message_us_, 0.50);
+  r.message_p99_us = Percentile(message_us_, 0.99);
+  r.message_max_us = Percentile(message_us_, 1.0);
+  r.p99_vs_ideal = step_ideal_us_ > 0 && !message_us_.empty()
+                       ? r.message_p99_us / step_ideal_us_
+                       : std::numeric_limits<double>::quiet_NaN();
+  r.goodput_vs_receiver_link = std::numeric_limits<double>::quiet_NaN();
+  r.jain_over_senders = r.jain_fairness;
+  if (config_.workload == Workload::kIncast) {
+    const double link_gbps = config_.fabric.host_gbps * config_.fabric.planes;
+    if (r.completion_us > 0) {
+      r.goodput_vs_receiver_link = static_cast<double>(r.workload_bytes_placed) * 8 /
+                                   (r.completion_us * 1000 * link_gbps);
+    }
+    // Per sender host (each sends one flow into host 0 today; summed should that change).
+    std::map<uint32_t, std::pair<uint64_t, int64_t>> by_sender;  // bytes, busy ns
+    for (const Flow& f : flows_) {
+      if (f.background || f.dst != 0) continue;
+      by_sender[f.src].first += f.bytes;
+      by_sender[f.src].second += f.busy_ns;
+    }
+    double s1 = 0, s2 = 0;
+    size_t senders = 0;
+    for (const auto& [host, bytes_busy] : by_sender) {
+      if (bytes_busy.second <= 0) continue;
+      const double gbps =
+          static_cast<double>(bytes_busy.first) * 8 / static_cast<double>(bytes_busy.second);
+      s1 += gbps;
+      s2 += gbps * gbps;
+      ++senders;
+    }
+    r.jain_over_senders = s2 > 0 ? s1 * s1 / (static_cast<double>(senders) * s2) : 0;
+  }
+  if (timeline_on_) {
+    ClusterTimeline& tl = r.timeline;
+    tl.bin_us = static_cast<double>(bin_ns_) / 1000.0;
+    tl.rx_gbps.clear();
+    for (uint64_t bytes : tl.rx_bytes) {
+      tl.rx_gbps.push_back(static_cast<double>(bytes) * 8 / static_cast<double>(bin_ns_));
+    }
+  }
   for (size_t i = 0; i < kGuardBytes; ++i) {
     if (scratch_[i] != kGuardByte || scratch_[scratch_.size() - 1 - i] != kGuardByte) {
       DataError("guard_zone_written");
@@ -697,6 +856,10 @@ absl::Status ClusterConfig::Validate() const {
     return bad("--incast-degree must be in 1..hosts-1");
   }
   if (background_incast >= fabric.hosts) return bad("--background-incast must be below --hosts");
+  if (timeline_bin.count() < 0) return bad("--timeline-us must be >= 0");
+  if (timeline_bin.count() > 0 && timeline_max_samples < 2) {
+    return bad("timeline: at most ", timeline_max_samples, " samples; at least 2 are needed");
+  }
   const uint64_t flows = workload == Workload::kAllToAll
                              ? uint64_t{fabric.hosts} * (fabric.hosts - 1)
                          : workload == Workload::kPair   ? 1
@@ -825,6 +988,54 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.BeginObject("path_events_by_reason");
   for (const auto& [k, v] : r.path_events_by_reason) w.Field(k, v);
   w.EndObject();
+  // Incast figures (cluster.h's header).
+  uint64_t data_dropped = 0;
+  for (uint64_t d : r.fabric.data_dropped) data_dropped += d;
+  w.Field("data_packets_sent", r.fabric.data_sent);
+  w.Field("data_packets_dropped", data_dropped);
+  w.Field("data_drop_fraction",
+          r.fabric.data_sent > 0
+              ? static_cast<double>(data_dropped) / static_cast<double>(r.fabric.data_sent)
+              : 0.0);
+  w.BeginObject("data_drops");
+  w.Field("tail", r.fabric.data_dropped[static_cast<size_t>(FabricDrop::kTail)]);
+  w.Field("loss", r.fabric.data_dropped[static_cast<size_t>(FabricDrop::kLoss)]);
+  w.Field("down", r.fabric.data_dropped[static_cast<size_t>(FabricDrop::kDown)]);
+  w.Field("no_route", r.fabric.data_dropped[static_cast<size_t>(FabricDrop::kNoRoute)]);
+  w.EndObject();
+  w.BeginObject("message_completion_us");
+  w.Field("count", r.messages_timed);
+  w.Field("p50", r.message_p50_us);
+  w.Field("p99", r.message_p99_us);
+  w.Field("max", r.message_max_us);
+  w.EndObject();
+  w.Field("p99_vs_ideal", r.p99_vs_ideal);
+  w.Field("paths_failed", r.paths_failed);
+  w.Field("workload_bytes_placed", r.workload_bytes_placed);
+  w.Field("goodput_vs_receiver_link", r.goodput_vs_receiver_link);
+  w.Field("jain_over_senders", r.jain_over_senders);
+  if (r.has_timeline) {
+    const ClusterTimeline& tl = r.timeline;
+    w.BeginObject("timeline");
+    w.Field("requested_bin_us", tl.requested_bin_us);
+    w.Field("bin_us", tl.bin_us);
+    w.Field("samples", uint64_t{tl.samples()});
+    w.Field("connections_sampled", tl.connections_sampled);
+    w.Field("receiver_queue", "sum over planes");
+    auto array = [&w](std::string_view key, const std::vector<double>& v) {
+      w.BeginArray(key);
+      for (double x : v) w.Element(x);
+      w.EndArray();
+    };
+    array("t_us", tl.t_us);
+    array("rx_gbps", tl.rx_gbps);
+    array("queue_kb_max", tl.queue_kb_max);
+    array("receiver_queue_kb", tl.receiver_queue_kb);
+    array("cwnd_kb_mean", tl.cwnd_kb_mean);
+    array("window_kb_mean", tl.window_kb_mean);
+    array("inflight_kb_total", tl.inflight_kb_total);
+    w.EndObject();
+  }
   if (c.measure) {
     w.BeginObject("measured");
     w.Field("setup_wall_s", r.setup_wall_s);
@@ -867,6 +1078,17 @@ std::string ClusterResultSummary(const ClusterResult& r) {
   absl::StrAppendFormat(&s, "  paths       %u retransmits, %u timeouts, %u state changes, %u "
                         "rotations\n", r.retransmits, r.timeouts, r.path_state_changes,
                         r.port_rotations);
+  uint64_t data_dropped = 0;
+  for (uint64_t d : r.fabric.data_dropped) data_dropped += d;
+  absl::StrAppendFormat(&s, "  incast      %u data packets sent, %u dropped; message p50 %.1f p99 "
+                        "%.1f max %.1f us (p99 %.2f x step ideal); %u paths failed; Jain over "
+                        "senders %.3f", r.fabric.data_sent, data_dropped, r.message_p50_us,
+                        r.message_p99_us, r.message_max_us, r.p99_vs_ideal, r.paths_failed,
+                        r.jain_over_senders);
+  if (c.workload == Workload::kIncast) {
+    absl::StrAppendFormat(&s, "; goodput %.3f of host 0's links", r.goodput_vs_receiver_link);
+  }
+  s += '\n';
   return s;
 }
 

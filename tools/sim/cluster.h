@@ -26,6 +26,46 @@
 // of the planes together, counting each packet's headers, plus the one-way latency of the longest
 // route. vs_ideal = ideal_us / completion_us (1.0 is ideal).
 //
+// What a congestion evaluation of incast needs (issue 13), besides the above:
+//   data_packets_sent     data packets the hosts handed to the fabric (first sends and resends;
+//                         fillers too: they carry a data opcode), not ACKs or probes
+//   data_packets_dropped  ... of them dropped by the fabric for any reason (data_drops: by cause;
+//                         `drops` counts every packet, ACKs and probes too); data_drop_fraction
+//                         = dropped / sent
+//   message_completion_us {count, p50, p99, max} over the workload's messages that completed
+//                         successfully: posted to completed at the requester, simulated time
+//   p99_vs_ideal          message_completion_us.p99 / the step's ideal (ideal_us / steps). Note
+//                         the direction: 1.0 is ideal, larger is worse (vs_ideal is the other way
+//                         round). Against the step's ideal because under incast every message
+//                         shares the receiver's link: none can beat the step's fair-share time,
+//                         so this is the honest yardstick (a message alone on the link would be
+//                         N times faster, and no transport can give every message that)
+//   paths_failed          path state changes into Failed, any reason, any host (port_rotations:
+//                         as before)
+//   goodput_vs_receiver_link  incast: payload bytes the workload placed at host 0 / (completion_us
+//                         x host 0's links of all planes); null for other workloads or a run
+//                         that did not finish. Payload only, so headers keep it below 1
+//   jain_over_senders     Jain's fairness of per-sender-host goodput (bytes / time from step
+//                         start to its last completion, summed over steps), over the senders
+//                         into host 0 for incast; other workloads: per flow, as
+//                         flow_goodput_gbps.jain_fairness
+//   timeline              (timeline_bin > 0, `--timeline-us`) arrays, one element per bin of
+//                         simulated time, element i describing the bin that ends at t_us[i]:
+//                         rx_gbps (payload the workload placed in the bin: at host 0 for incast,
+//                         at every host otherwise), and at t_us: queue_kb_max (deepest switch
+//                         output queue), receiver_queue_kb (host 0's leaf downlinks, summed over
+//                         the planes), cwnd_kb_mean and window_kb_mean (mean over a fixed sample
+//                         of at most 64 of the workload's requester connections, evenly spaced,
+//                         of the sum over their paths of cwnd, and of the window the sender uses:
+//                         min(cwnd, max(window_hint, mtu)), cwnd without a hint),
+//                         inflight_kb_total (every requester connection of the workload). At most
+//                         timeline_max_samples elements: a longer run doubles the bin as often as
+//                         needed (bin_us says what it became, requested_bin_us what was asked).
+//                         The last element's bin ends at or after the run's end.
+//                         Sampling adds no event: after an event, the bins whose end the next
+//                         event reaches or passes are sampled (the state between the two events),
+//                         so the run, `events` included, is the same with and without it.
+//
 // Determinism: same config, same JSON (except `measured`).
 #pragma once
 
@@ -67,6 +107,8 @@ struct ClusterConfig {
   uint64_t max_events = 2'000'000'000;
   bool measure = false;   // wall-clock figures in `measured`
   bool progress = false;  // progress lines on stderr for long runs
+  Duration timeline_bin{0};              // > 0: ClusterResult::timeline, a sample per bin
+  uint32_t timeline_max_samples = 4000;  // even; a longer run doubles the bin
   // Test seam: sees every packet as it reaches its host, before the core does, and may change
   // it (a fabric that corrupts data undetected). The verifier's tests use it; empty otherwise.
   std::function<void(FabricPacket&)> on_delivery;
@@ -75,6 +117,23 @@ struct ClusterConfig {
 
   absl::Status Validate() const;
   uint16_t EffectivePaths() const { return transport == TransportKind::kGoBackN ? 1 : paths; }
+};
+
+// Per-bin figures of a run (cluster.h's header: `timeline`); every vector has `samples()`
+// elements.
+struct ClusterTimeline {
+  double requested_bin_us = 0;
+  double bin_us = 0;  // requested_bin_us x a power of two
+  uint32_t connections_sampled = 0;  // for cwnd_kb_mean and window_kb_mean
+  std::vector<double> t_us;            // end of the bin
+  std::vector<uint64_t> rx_bytes;      // payload placed by the workload in the bin
+  std::vector<double> rx_gbps;
+  std::vector<double> queue_kb_max;
+  std::vector<double> receiver_queue_kb;
+  std::vector<double> cwnd_kb_mean;
+  std::vector<double> window_kb_mean;
+  std::vector<double> inflight_kb_total;
+  size_t samples() const { return t_us.size(); }
 };
 
 struct ClusterResult {
@@ -119,6 +178,16 @@ struct ClusterResult {
   uint64_t rerouted_packets = 0;
   uint64_t hedged_packets = 0;
   uint64_t timeouts = 0;
+  // Incast figures (cluster.h's header).
+  uint64_t workload_bytes_placed = 0;  // payload of the workload's messages (not background)
+  uint64_t paths_failed = 0;
+  double message_p50_us = 0, message_p99_us = 0, message_max_us = 0;
+  uint64_t messages_timed = 0;  // messages in message_completion_us
+  double p99_vs_ideal = 0;
+  double goodput_vs_receiver_link = 0;  // NaN (null): not incast or not done
+  double jain_over_senders = 0;
+  bool has_timeline = false;
+  ClusterTimeline timeline;
   // measure only.
   double setup_wall_s = 0, run_wall_s = 0;
   double run_cpu_s = 0;  // CPU seconds of the run (ProcessCpuSeconds)

@@ -1,14 +1,19 @@
 // The cluster run (mrsim --topology leaf-spine): the real core on every host of a leaf-spine
 // fabric. Every workload completes with every byte verified and never faster than its ideal;
 // the verifier catches a wrong byte; PFC pauses and drops nothing; a spine that dies mid-run is
-// survived by MetaRoCE; the JSON is a function of the config.
+// survived by MetaRoCE; the JSON is a function of the config. The incast figures agree with each
+// other and with the run, and the timeline is read without changing the run.
 #include "tools/sim/cluster.h"
 
+#include <cmath>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/wire/packet.h"
+#include "tools/sim/cli_options.h"
 
 namespace metaroce::sim {
 namespace {
@@ -182,6 +187,213 @@ TEST(Cluster_Determinism, SameConfigSameJson) {
   absl::StatusOr<ClusterResult> other = RunCluster(c);
   ASSERT_TRUE(other.ok());
   EXPECT_NE(ClusterResultToJson(*a), ClusterResultToJson(*other));
+}
+
+// A 16-host incast (15 senders, two planes): what the congestion evaluation reads (issue 13).
+ClusterConfig Incast16() {
+  ClusterConfig c;
+  c.fabric.hosts = 16;
+  c.fabric.hosts_per_leaf = 4;
+  c.fabric.spines = 2;
+  c.fabric.planes = 2;
+  c.fabric.queue_bytes = 128 * 1024;  // small buffers: the incast drops
+  c.fabric.ecn_threshold_bytes = 32 * 1024;
+  c.workload = Workload::kIncast;
+  c.incast_degree = 15;
+  c.connections_per_pair = 2;
+  c.message_bytes = 256 * 1024;
+  c.paths = 4;
+  c.duration_cap = std::chrono::seconds(1);
+  c.timeline_bin = microseconds(10);
+  return c;
+}
+
+uint64_t DataDropped(const ClusterResult& r) {
+  return std::accumulate(std::begin(r.fabric.data_dropped), std::end(r.fabric.data_dropped),
+                         uint64_t{0});
+}
+
+TEST(Cluster_Incast, FiguresAgreeWithEachOtherAndTheRun) {
+  const ClusterConfig c = Incast16();
+  absl::StatusOr<ClusterResult> r = RunCluster(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->stop_reason, "done") << ClusterResultSummary(*r);
+  ASSERT_EQ(r->messages_completed, 30u);
+  EXPECT_EQ(r->data_errors, 0u);
+  const uint64_t bytes = uint64_t{15} * c.message_bytes;
+  EXPECT_EQ(r->workload_bytes_placed, bytes);
+  // Data packets: at least one send of every packet; drops are data or not, by cause.
+  EXPECT_GE(r->fabric.data_sent, bytes / c.mtu);
+  EXPECT_GT(DataDropped(*r), 0u) << "small buffers under a 15-to-1 incast drop data";
+  EXPECT_LE(DataDropped(*r), r->fabric.data_sent);
+  for (size_t i = 0; i < static_cast<size_t>(FabricDrop::kCount); ++i) {
+    EXPECT_LE(r->fabric.data_dropped[i], r->fabric.dropped[i]) << "cause " << i;
+  }
+  // Every data packet lost was sent again (or its message would not have completed).
+  EXPECT_GE(r->fabric.data_sent, bytes / c.mtu + DataDropped(*r));
+  // Message completion: every completed message, in order; one step, so the last is the step.
+  EXPECT_EQ(r->messages_timed, r->messages_completed);
+  EXPECT_GT(r->message_p50_us, 0);
+  EXPECT_LE(r->message_p50_us, r->message_p99_us);
+  EXPECT_LE(r->message_p99_us, r->message_max_us);
+  EXPECT_DOUBLE_EQ(r->message_max_us, r->completion_us);
+  EXPECT_DOUBLE_EQ(r->p99_vs_ideal, r->message_p99_us / r->ideal_us);
+  EXPECT_GE(r->p99_vs_ideal, 1.0) << "p99 of 30 messages is the last one, never below the ideal";
+  EXPECT_LE(r->paths_failed, r->path_state_changes);
+  // Goodput against host 0's two links, payload only: below 1.
+  const double link_gbps = c.fabric.host_gbps * c.fabric.planes;
+  EXPECT_NEAR(r->goodput_vs_receiver_link,
+              static_cast<double>(bytes) * 8 / (r->completion_us * 1000 * link_gbps), 1e-9);
+  EXPECT_GT(r->goodput_vs_receiver_link, 0.05);
+  EXPECT_LT(r->goodput_vs_receiver_link, 1.0);
+  // One flow per sender: Jain over senders is Jain over flows.
+  EXPECT_DOUBLE_EQ(r->jain_over_senders, r->jain_fairness);
+  EXPECT_GT(r->jain_over_senders, 0);
+  EXPECT_LE(r->jain_over_senders, 1.0 + 1e-12);
+
+  // The timeline: arrays of one length, bins end to end, the last covering the run's end.
+  ASSERT_TRUE(r->has_timeline);
+  const ClusterTimeline& tl = r->timeline;
+  EXPECT_EQ(tl.bin_us, 10);
+  EXPECT_EQ(tl.connections_sampled, 30u);
+  const size_t n = tl.samples();
+  ASSERT_GT(n, 10u);
+  for (size_t len : {tl.rx_bytes.size(), tl.rx_gbps.size(), tl.queue_kb_max.size(),
+                     tl.receiver_queue_kb.size(), tl.cwnd_kb_mean.size(),
+                     tl.window_kb_mean.size(), tl.inflight_kb_total.size()}) {
+    EXPECT_EQ(len, n);
+  }
+  for (size_t i = 0; i < n; ++i) EXPECT_DOUBLE_EQ(tl.t_us[i], 10.0 * static_cast<double>(i + 1));
+  EXPECT_GE(tl.t_us.back(), r->completion_us);
+  EXPECT_LT(tl.t_us.back() - tl.bin_us, r->completion_us);
+  // What the timeline received is what was placed; in Gb/s, within one bin's worth.
+  EXPECT_EQ(std::accumulate(tl.rx_bytes.begin(), tl.rx_bytes.end(), uint64_t{0}), bytes);
+  const double rx_bytes =
+      std::accumulate(tl.rx_gbps.begin(), tl.rx_gbps.end(), 0.0) * tl.bin_us * 1000 / 8;
+  EXPECT_NEAR(rx_bytes, static_cast<double>(bytes), tl.bin_us * 1000 * link_gbps / 8);
+  double deepest_receiver_queue = 0, peak_inflight = 0;
+  for (size_t i = 0; i < n; ++i) {
+    // Host 0's links deliver at most their line rate (one packet per plane of slack at a bin's
+    // edge).
+    EXPECT_LE(tl.rx_gbps[i], link_gbps + c.fabric.planes * c.mtu * 8 / (tl.bin_us * 1000))
+        << "bin " << i;
+    EXPECT_LE(tl.queue_kb_max[i] * 1024, static_cast<double>(c.fabric.queue_bytes)) << i;
+    EXPECT_LE(tl.receiver_queue_kb[i], c.fabric.planes * tl.queue_kb_max[i] + 1e-9) << i;
+    EXPECT_GE(tl.cwnd_kb_mean[i], 0);
+    EXPECT_LE(tl.window_kb_mean[i], tl.cwnd_kb_mean[i] + 1e-9) << i;
+    deepest_receiver_queue = std::max(deepest_receiver_queue, tl.receiver_queue_kb[i]);
+    peak_inflight = std::max(peak_inflight, tl.inflight_kb_total[i]);
+  }
+  EXPECT_GT(deepest_receiver_queue, 32) << "the incast's bottleneck is host 0's downlinks";
+  EXPECT_GT(peak_inflight, 0);
+  EXPECT_GT(tl.cwnd_kb_mean.front(), 0);
+}
+
+// Sampling schedules nothing: with and without a timeline the run is the same, events included;
+// and the JSON with a timeline is a function of the config.
+TEST(Cluster_Incast, TheTimelineDoesNotChangeTheRun) {
+  ClusterConfig c = Incast16();
+  absl::StatusOr<ClusterResult> with = RunCluster(c);
+  absl::StatusOr<ClusterResult> again = RunCluster(c);
+  c.timeline_bin = Duration(0);
+  absl::StatusOr<ClusterResult> without = RunCluster(c);
+  ASSERT_TRUE(with.ok() && again.ok() && without.ok());
+  const std::string json = ClusterResultToJson(*with);
+  EXPECT_EQ(json, ClusterResultToJson(*again));
+  EXPECT_THAT(json, ::testing::HasSubstr("\"timeline\":{"));
+  EXPECT_THAT(ClusterResultToJson(*without), ::testing::Not(::testing::HasSubstr("timeline")));
+  EXPECT_EQ(with->events, without->events);
+  ClusterResult stripped = *with;
+  stripped.config.timeline_bin = Duration(0);
+  stripped.has_timeline = false;
+  EXPECT_EQ(ClusterResultToJson(stripped), ClusterResultToJson(*without));
+}
+
+// A run longer than timeline_max_samples bins doubles the bin: the samples kept are those of the
+// narrow timeline at the wide bins' ends, and the bytes of the bins they merged add up.
+TEST(Cluster_Incast, ALongRunWidensTheBinAndKeepsTheSamples) {
+  ClusterConfig c = Incast16();
+  c.timeline_bin = microseconds(1);
+  c.timeline_max_samples = 1'000'000;
+  absl::StatusOr<ClusterResult> narrow = RunCluster(c);
+  ASSERT_TRUE(narrow.ok());
+  const ClusterTimeline& a = narrow->timeline;
+  ASSERT_GT(a.samples(), 200u);
+  EXPECT_EQ(a.bin_us, 1);
+  // 24: widened at 25 samples, an odd one left over whose bytes go into the next; 25: at 26.
+  for (uint32_t cap : {24u, 25u}) {
+    SCOPED_TRACE(cap);
+    c.timeline_max_samples = cap;
+    absl::StatusOr<ClusterResult> wide = RunCluster(c);
+    ASSERT_TRUE(wide.ok());
+    const ClusterTimeline& b = wide->timeline;
+    EXPECT_EQ(b.requested_bin_us, 1);
+    EXPECT_LE(b.samples(), cap);
+    EXPECT_GT(b.samples(), cap / 2) << "widened no more than needed";
+    EXPECT_EQ(std::exp2(std::round(std::log2(b.bin_us))), b.bin_us) << "a power of two";
+    EXPECT_LT(b.bin_us * static_cast<double>(b.samples() - 1), narrow->completion_us);
+    EXPECT_EQ(std::accumulate(b.rx_bytes.begin(), b.rx_bytes.end(), uint64_t{0}),
+              wide->workload_bytes_placed);
+    const size_t ratio = static_cast<size_t>(b.bin_us);
+    for (size_t i = 0; i + 1 < b.samples(); ++i) {  // the last covers the run's end: not aligned
+      const size_t j = (i + 1) * ratio - 1;         // the narrow sample at the same time
+      ASSERT_LT(j, a.samples());
+      EXPECT_DOUBLE_EQ(b.t_us[i], a.t_us[j]);
+      EXPECT_DOUBLE_EQ(b.queue_kb_max[i], a.queue_kb_max[j]);
+      EXPECT_DOUBLE_EQ(b.receiver_queue_kb[i], a.receiver_queue_kb[j]);
+      EXPECT_DOUBLE_EQ(b.cwnd_kb_mean[i], a.cwnd_kb_mean[j]);
+      EXPECT_DOUBLE_EQ(b.window_kb_mean[i], a.window_kb_mean[j]);
+      EXPECT_DOUBLE_EQ(b.inflight_kb_total[i], a.inflight_kb_total[j]);
+      uint64_t merged = 0;
+      for (size_t k = j + 1 - ratio; k <= j; ++k) merged += a.rx_bytes[k];
+      EXPECT_EQ(b.rx_bytes[i], merged) << "bin " << i;
+    }
+  }
+}
+
+// Other workloads: data drops by cause under random loss, Jain over senders is Jain over flows,
+// goodput against host 0's link means nothing (null), and the timeline counts every host.
+TEST(Cluster_Incast, OtherWorkloadsReportTheSameKeys) {
+  ClusterConfig c = Small(Workload::kPermutation);
+  c.message_bytes = 256 * 1024;
+  FabricFault loss;
+  loss.kind = FabricFault::Kind::kLoss;
+  loss.whole_spine = true;
+  loss.spine = 0;
+  loss.loss_probability = 0.05;
+  c.faults.push_back(loss);
+  c.timeline_bin = microseconds(5);
+  absl::StatusOr<ClusterResult> r = RunCluster(c);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->stop_reason, "done");
+  const size_t kLoss = static_cast<size_t>(FabricDrop::kLoss);
+  EXPECT_GT(r->fabric.data_dropped[kLoss], 0u);
+  EXPECT_LT(r->fabric.data_dropped[kLoss], r->fabric.dropped[kLoss]) << "ACKs are lost too";
+  EXPECT_EQ(r->fabric.data_dropped[kLoss], DataDropped(*r));
+  EXPECT_TRUE(std::isnan(r->goodput_vs_receiver_link));
+  EXPECT_EQ(r->jain_over_senders, r->jain_fairness);
+  EXPECT_EQ(r->messages_timed, 16u);
+  EXPECT_GE(r->p99_vs_ideal, 1.0);
+  const std::string json = ClusterResultToJson(*r);
+  EXPECT_THAT(json, ::testing::HasSubstr("\"goodput_vs_receiver_link\":null"));
+  EXPECT_THAT(json, ::testing::HasSubstr("\"data_packets_dropped\":"));
+  const ClusterTimeline& tl = r->timeline;
+  EXPECT_EQ(std::accumulate(tl.rx_bytes.begin(), tl.rx_bytes.end(), uint64_t{0}),
+            r->bytes_verified);
+  EXPECT_EQ(r->workload_bytes_placed, r->bytes_verified);
+}
+
+TEST(Cluster_Incast, TimelineFlag) {
+  auto parse = [](std::vector<const char*> args) {
+    return ParseCommandLine(std::span<const char* const>(args.data(), args.size()));
+  };
+  absl::StatusOr<CommandLine> off = parse({"--topology", "leaf-spine"});
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->cluster_config.timeline_bin, Duration(0));
+  absl::StatusOr<CommandLine> on = parse({"--topology", "leaf-spine", "--timeline-us", "2.5"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_EQ(on->cluster_config.timeline_bin, Duration(2500));
+  EXPECT_FALSE(parse({"--topology", "leaf-spine", "--timeline-us=-1"}).ok());
 }
 
 TEST(Cluster_Config, RefusesWhatCannotRun) {
