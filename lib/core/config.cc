@@ -33,9 +33,8 @@ absl::Status ConnectionConfig::Validate() const {
       profile.placement != PlacementPolicy::kInOrderOnly) {
     return bad("go-back-N recovery needs in-order placement");
   }
-  if (min_cwnd_bytes == 0 || min_cwnd_bytes > initial_cwnd_bytes ||
-      initial_cwnd_bytes > max_cwnd_bytes) {
-    return bad("congestion windows must satisfy 0 < min <= initial <= max");
+  if (min_cwnd_bytes == 0 || min_cwnd_bytes > max_cwnd_bytes || initial_window_bytes == 0) {
+    return bad("congestion windows must satisfy 0 < min_cwnd <= max_cwnd and 0 < initial window");
   }
   if (ecn_gain <= 0 || ecn_gain > 1) return bad("ecn_gain must be in (0, 1]");
   if (ack_every == 0) return bad("ack_every must be at least 1");

@@ -82,13 +82,19 @@ struct ConnectionConfig {
   uint32_t max_message_bytes = 1u << 30;
 
   // Congestion control (per path, under a connection limit).
-  uint32_t initial_cwnd_bytes = 64 * 1024;
+  // The connection's initial window, spread evenly over the paths it sprays on: each starts at
+  // cwnd = clamp(initial_window_bytes / paths, min_cwnd_bytes, max_cwnd_bytes). It belongs to the
+  // connection, not to each path, so that adding paths does not multiply a first burst.
+  uint32_t initial_window_bytes = 64 * 1024;
+  // The responder's share offered at set-up for the whole connection (ReceiveBudget::
+  // InitialOffer, carried by the set-up exchange): each path starts with window_hint =
+  // max(1, initial_window_hint_bytes / paths) until the first ACK says better. 0: no hint yet.
+  uint64_t initial_window_hint_bytes = 0;
   uint32_t min_cwnd_bytes = 4096;
   uint32_t max_cwnd_bytes = 4u << 20;
   uint64_t connection_max_inflight_bytes = 64u << 20;
   double ecn_gain = 1.0 / 16;       // DCTCP g: weight of a new ECN fraction sample
   Duration target_queue_delay = std::chrono::microseconds(20);  // delay above min RTT tolerated
-  uint32_t receive_budget_bytes = 0;  // receiver: fair-share hint budget (0: no hint)
 
   // ACKs.
   uint32_t ack_every = 2;  // in-order packets per ACK on a path (gaps and ACK_REQ ACK at once)
@@ -120,6 +126,10 @@ struct ConnectionConfig {
   uint32_t rnr_retry = 7;  // 7 means retry forever, as in ibverbs
 
   absl::Status Validate() const;
+  // Paths new data is sprayed on: all of them, or one for the single-path profiles.
+  uint16_t SprayPaths() const {
+    return profile.spray == SprayPolicy::kSinglePath ? uint16_t{1} : path_count;
+  }
   uint16_t InitialPort(uint16_t path) const {
     return initial_ports.empty() ? static_cast<uint16_t>(port_base + path) : initial_ports[path];
   }

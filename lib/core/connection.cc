@@ -22,13 +22,16 @@ class Connection::EntryScope {
 };
 
 Connection::Connection(const ConnectionConfig& config, MemoryTable& memory, PacketSink& sink,
-                       ConnectionObserver* observer)
-    : config_(config), memory_(memory), sink_(sink), observer_(observer) {
+                       ConnectionObserver* observer, ReceiveBudget* budget)
+    : config_(config), memory_(memory), sink_(sink), observer_(observer), budget_(budget) {
   sender_ = std::make_unique<Sender>(*this);
   receiver_ = std::make_unique<Receiver>(*this);
+  if (budget_ != nullptr) budget_->AddConnection(activity_, config_.SprayPaths());
 }
 
-Connection::~Connection() = default;
+Connection::~Connection() {
+  if (budget_ != nullptr) budget_->RemoveConnection(activity_);
+}
 
 void Connection::AfterEntry() {
   const Instant deadline = state_ == State::kError

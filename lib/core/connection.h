@@ -35,6 +35,7 @@
 #include "lib/core/memory_table.h"
 #include "lib/core/packet_sink.h"
 #include "lib/core/path_state.h"
+#include "lib/core/receive_budget.h"
 #include "lib/core/types.h"
 #include "lib/wire/packet.h"
 
@@ -75,6 +76,7 @@ struct ConnectionCounters {
   uint64_t timeout_retransmits = 0;  // ... of which by a probe timeout (tail loss)
   uint64_t rerouted_packets = 0;     // ... of which moved off a failed path
   uint64_t hedged_packets = 0;       // ... of which copied off an overtaken path (sent)
+  uint64_t congestion_loss_cuts = 0; // losses with a queue around them: windows halved
   uint64_t duplicate_request = 0;    // received data packets that were already received
   uint64_t out_of_window = 0;        // received PSNs beyond the SACK window (dropped)
   uint64_t bad_token = 0;            // packets dropped for a wrong connection token
@@ -96,10 +98,11 @@ class Connection {
  public:
   enum class State : uint8_t { kReady, kError };
 
-  // `memory`, `sink` and `observer` (optional) must outlive the connection. The config must pass
-  // Validate().
+  // `memory`, `sink`, `observer` (optional) and `budget` (optional) must outlive the connection.
+  // The config must pass Validate(). `budget` is the host's receive budget, whose share every ACK
+  // of this connection carries as its window_hint (receive_budget.h); none: ACKs carry no hint.
   Connection(const ConnectionConfig& config, MemoryTable& memory, PacketSink& sink,
-             ConnectionObserver* observer = nullptr);
+             ConnectionObserver* observer = nullptr, ReceiveBudget* budget = nullptr);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -167,6 +170,8 @@ class Connection {
   MemoryTable& memory_;
   PacketSink& sink_;
   ConnectionObserver* observer_;
+  ReceiveBudget* budget_;
+  ActivityMark activity_;  // this connection's registration in budget_
   Instant deadline_ = kNever;
   HeapSlot deadline_slot_;
   bool output_announced_ = false;

@@ -17,7 +17,7 @@ struct ConnectionCounterField {
   std::string_view meaning;  // one sentence, as exported (Prometheus HELP)
 };
 
-inline constexpr std::array<ConnectionCounterField, 22> kConnectionCounterFields = {{
+inline constexpr std::array<ConnectionCounterField, 23> kConnectionCounterFields = {{
     {"sent_pkts", &ConnectionCounters::sent_pkts, "Data packets sent, retransmissions included."},
     {"rcvd_pkts", &ConnectionCounters::rcvd_pkts, "Data packets accepted."},
     {"retransmits", &ConnectionCounters::retransmits,
@@ -30,6 +30,8 @@ inline constexpr std::array<ConnectionCounterField, 22> kConnectionCounterFields
      "Retransmissions moved off a failed path."},
     {"hedged_packets", &ConnectionCounters::hedged_packets,
      "Retransmissions copied off an overtaken path to a live one."},
+    {"congestion_loss_cuts", &ConnectionCounters::congestion_loss_cuts,
+     "Losses seen with a queue around them (CE marks or delay): windows halved."},
     {"duplicate_request", &ConnectionCounters::duplicate_request,
      "Received data packets that had been received already."},
     {"out_of_window", &ConnectionCounters::out_of_window,

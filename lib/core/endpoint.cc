@@ -11,7 +11,7 @@ absl::StatusOr<Connection*> Endpoint::CreateConnection(const ConnectionConfig& c
         absl::StrCat("connection id ", config.local_conn_id, " is already in use"));
   }
   auto conn = std::make_unique<Connection>(config, memory_, sink_,
-                                           static_cast<ConnectionObserver*>(this));
+                                           static_cast<ConnectionObserver*>(this), &budget_);
   Connection* raw = conn.get();
   connections_.emplace(config.local_conn_id, std::move(conn));
   return raw;

@@ -23,6 +23,7 @@
 #include "lib/core/connection.h"
 #include "lib/core/memory_table.h"
 #include "lib/core/packet_sink.h"
+#include "lib/core/receive_budget.h"
 #include "lib/wire/packet.h"
 
 namespace metaroce::core {
@@ -36,11 +37,16 @@ struct EndpointCounters {
 
 class Endpoint : private ConnectionObserver {
  public:
-  // `sink` must outlive the endpoint.
-  explicit Endpoint(PacketSink& sink) : sink_(sink) {}
+  // `sink` must outlive the endpoint. `budget`: the host's receive budget, shared by all of its
+  // connections (receive_budget.h).
+  explicit Endpoint(PacketSink& sink, const ReceiveBudgetConfig& budget = {})
+      : sink_(sink), budget_(budget) {}
   ~Endpoint() override;
 
   MemoryTable& memory() { return memory_; }
+  // The host's receive budget. Its InitialOffer() is what the set-up exchange offers a requester
+  // as the initial window_hint of a new connection (ConnectionConfig::initial_window_hint_bytes).
+  ReceiveBudget& receive_budget() { return budget_; }
 
   // Creates a connection. Refuses an invalid config or a local id already in use.
   absl::StatusOr<Connection*> CreateConnection(const ConnectionConfig& config);
@@ -81,6 +87,7 @@ class Endpoint : private ConnectionObserver {
 
   PacketSink& sink_;
   MemoryTable memory_;
+  ReceiveBudget budget_;
   absl::btree_map<uint32_t, std::unique_ptr<Connection>> connections_;
   DeadlineHeap<Connection> timers_;
   std::vector<Connection*> ready_;  // announced output, not yet taken

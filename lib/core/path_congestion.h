@@ -1,8 +1,10 @@
 // Per-path congestion window: ECN (DCTCP) and delay (Swift-like) signals; slow start until the
 // first signal, additive increase after it.
 //
-// Loss is deliberately not an input: on a lossy fabric a drop says nothing about queues, and path
-// failure is handled by path health, not by the window (docs/spec/congestion.md).
+// Loss alone is not an input: on a lossy fabric a random drop says nothing about queues, and path
+// failure is handled by path health, not by the window. A loss with a queue around it (CE marks
+// or an RTT above target within the last RTT) is an overflow drop, and cuts like a congestion
+// signal (docs/spec/congestion.md §4).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,10 @@ class PathCongestion {
   // come from the path's estimator.
   void OnAck(Instant now, uint32_t acked_bytes, uint32_t acked_packets, uint32_t ce_packets,
              Duration rtt_sample, Duration srtt, Duration min_rtt);
+  // A loss detected on the path at `now`. With congestion evidence within the last `srtt` it is
+  // taken for an overflow drop: cwnd halves, at most once per `srtt`, and slow start ends.
+  // Returns whether the window was cut; without evidence nothing changes.
+  bool OnLoss(Instant now, Duration srtt);
   // A new route (after rotation): start over.
   void Reset();
 
@@ -37,6 +43,8 @@ class PathCongestion {
   double ecn_fraction() const { return alpha_; }
   // True until the first congestion signal: the window grows by the bytes acknowledged.
   bool in_slow_start() const { return slow_start_; }
+  // The latest ACK that carried CE marks or an RTT above target.
+  Instant last_signal() const { return last_signal_; }
 
  private:
   void Clamp();
@@ -49,6 +57,8 @@ class PathCongestion {
   Instant window_end_{0};
   uint64_t window_acked_ = 0, window_ce_ = 0;
   Instant last_delay_cut_{INT64_MIN / 2};
+  Instant last_signal_{INT64_MIN / 2};    // latest ACK with CE marks or an RTT above target
+  Instant last_loss_cut_{INT64_MIN / 2};
 };
 
 }  // namespace metaroce::core

@@ -145,6 +145,9 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   ReceiverPath& path = paths_[p.path_id];
   path.peer_port = meta.src_port;
   if (meta.ce) ++path.ce_count;
+  if (conn_.budget_ != nullptr) {
+    conn_.budget_->OnData(now, conn_.activity_, static_cast<uint32_t>(p.payload.size()));  // cc §5
+  }
   // [R9] classify the PSN against the path's window.
   const int32_t d = SeqDistance(path.cum_psn, p.psn);
   if (d < 0 || (d > 0 && static_cast<uint32_t>(d) <= wire::kSackBits &&
@@ -318,7 +321,6 @@ void Receiver::OnProbe(Instant now, const wire::Packet& p, const RxMeta& meta) {
 
 void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint16_t flags,
                        wire::Syndrome syndrome, uint32_t msg_seq) {
-  (void)now;
   ReceiverPath& path = paths_[path_id];
   wire::Packet a;
   a.opcode = wire::Opcode::kAck;
@@ -329,9 +331,7 @@ void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint
   a.ack.cum_psn = path.cum_psn;
   a.ack.ack_psn = trigger_psn;
   a.ack.ce_count = path.ce_count;
-  a.ack.window_hint = cfg_.receive_budget_bytes == 0
-                          ? 0
-                          : std::max<uint32_t>(cfg_.receive_budget_bytes / cfg_.path_count, 1);
+  a.ack.window_hint = conn_.budget_ == nullptr ? 0 : conn_.budget_->Hint(now);
   a.ack.syndrome = syndrome;
   if (syndrome == wire::Syndrome::kRnrNak) {
     a.ack.rnr_delay_us = static_cast<uint16_t>(std::min<int64_t>(

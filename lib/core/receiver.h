@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "lib/core/config.h"
 #include "lib/core/packet_sink.h"
+#include "lib/core/receive_budget.h"
 #include "lib/core/types.h"
 #include "lib/wire/packet.h"
 

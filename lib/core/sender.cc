@@ -15,7 +15,8 @@ namespace {
 CongestionParams CongestionFrom(const ConnectionConfig& c) {
   CongestionParams p;
   p.mtu = c.mtu;
-  p.initial_cwnd = c.initial_cwnd_bytes;
+  p.initial_cwnd = std::clamp<uint32_t>(c.initial_window_bytes / c.SprayPaths(), c.min_cwnd_bytes,
+                                        c.max_cwnd_bytes);
   p.min_cwnd = c.min_cwnd_bytes;
   p.max_cwnd = c.max_cwnd_bytes;
   p.ecn_gain = c.ecn_gain;
@@ -46,13 +47,23 @@ uint64_t SplitMix64(uint64_t& state) {
 
 Sender::Sender(Connection& conn)
     : conn_(conn), cfg_(conn.config_), rng_state_(cfg_.seed),
+      pace_phase_([seed = uint64_t{cfg_.seed ^ 0x70616365'00000000ull}]() mutable {
+        return static_cast<double>(SplitMix64(seed) >> 11) * 0x1p-53;
+      }()),
       plane_progress_(cfg_.plane_count, Instant{0}) {
   const CongestionParams cc = CongestionFrom(cfg_);
+  // The responder's share offered at set-up, spread over the paths like the initial window.
+  const uint32_t initial_hint =
+      cfg_.initial_window_hint_bytes == 0
+          ? 0
+          : static_cast<uint32_t>(std::clamp<uint64_t>(
+                cfg_.initial_window_hint_bytes / cfg_.SprayPaths(), 1, UINT32_MAX));
   paths_.reserve(cfg_.path_count);
   for (uint16_t i = 0; i < cfg_.path_count; ++i) {
     SenderPath& p = paths_.emplace_back(i, cc, cfg_.initial_rtt);
     p.port = cfg_.InitialPort(i);
     p.plane = static_cast<uint8_t>(i % cfg_.plane_count);
+    p.window_hint = initial_hint;
   }
 }
 
@@ -172,12 +183,21 @@ bool Sender::WithinReorderWindow(uint64_t end) const {
 }
 
 uint32_t Sender::Window(const SenderPath& p) const {
-  // The receiver's fair-share hint caps the congestion window, never below one packet.
+  // The receiver's fair-share hint caps the congestion window; below one packet it is a rate.
   const uint32_t cwnd = p.congestion.cwnd();
-  return p.window_hint == 0 ? cwnd : std::min(cwnd, std::max(p.window_hint, cfg_.mtu));
+  return p.window_hint == 0 ? cwnd : std::min(cwnd, p.window_hint);
 }
 
-SenderPath* Sender::PickPath(uint32_t bytes, const Reroute* queued) {
+Duration Sender::PacingRtt(const SenderPath& path) const {
+  // A paced path sends a packet every several RTTs: its own samples are rare and old. The
+  // connection's latest sample, on any path, tells the queue now; taking the larger keeps the
+  // bytes in flight of a paced path at its window on average whatever the queueing delay
+  // (a rate from a stale RTT would not shrink as the queue grows).
+  if (latest_rtt_ == Duration(0)) return path.rtt.srtt();  // no sample anywhere: initial_rtt
+  return path.rtt.has_sample() ? std::max(path.rtt.srtt(), latest_rtt_) : latest_rtt_;
+}
+
+SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued) {
   if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
     return nullptr;
   }
@@ -190,10 +210,39 @@ SenderPath* Sender::PickPath(uint32_t bytes, const Reroute* queued) {
       const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + i) % n);
       SenderPath& p = paths_[idx];
       if (!Usable(p) || p.gbn_resending || p.outstanding() >= wire::kSackBits) continue;
-      if (p.inflight_bytes > 0 && p.inflight_bytes + bytes > Window(p)) continue;
       if (hedge && (p.id == queued->from_path ||
                     (pass == 0 && p.plane != paths_[queued->from_path].plane))) {
         continue;
+      }
+      const uint32_t window = Window(p);
+      if (p.inflight_bytes > 0 && p.inflight_bytes + bytes > window) continue;
+      if (p.inflight_bytes == 0 && bytes > window) {
+        // congestion.md §1: a window below one packet sends one packet per srtt * bytes / window
+        // (at most one recovery cap apart: the connection's own timers must not take a paced
+        // path for a silent one). The paths' first packets are staggered evenly over that
+        // interval from a random phase of the connection: connections set up together do not all
+        // send at once, and each sends at its share's rate from the start.
+        const Duration interval = std::min(
+            RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(PacingRtt(p).count()) *
+                                                         bytes / std::max(window, 1u))));
+        if (!p.pace_started) {
+          p.pace_started = true;
+          double phase = pace_phase_ + static_cast<double>(p.id % n) / n;
+          if (phase >= 1) phase -= 1;  // every path's phase is uniform across connections
+          p.paced_at = now + Duration(-static_cast<int64_t>((1 - phase) * interval.count()));
+        }
+        // Due one interval at the current window after the previous paced packet: a larger share
+        // learnt meanwhile (on any path) shortens the wait, by half at most per packet, so that
+        // the paths of every connection, told of a larger share by the same ACKs, do not all
+        // fall due at once.
+        const Duration wait = std::max(interval, p.paced_interval / 2);
+        const Instant due = p.paced_at + wait;
+        if (due > now) {
+          pace_wakeup_ = std::min(pace_wakeup_, due);
+          continue;
+        }
+        p.paced_at = now;
+        p.paced_interval = wait;
       }
       rr_cursor_ = static_cast<uint16_t>((idx + 1) % n);
       return &p;
@@ -215,6 +264,7 @@ void Sender::Pump(Instant now) {
   }
   PacketRef ref;
   const Reroute* queued = nullptr;
+  pace_wakeup_ = kNever;
   while (!failed_ && NextPacket(now, &ref, &queued)) {
     OutboundMessage* m = Find(ref.msg_seq);
     const uint32_t bytes = PacketBytes(*m, ref.index);
@@ -222,7 +272,7 @@ void Sender::Pump(Instant now) {
         !WithinReorderWindow(m->stream_offset + uint64_t{ref.index} * cfg_.mtu + bytes)) {
       return;
     }
-    SenderPath* path = PickPath(bytes, queued);
+    SenderPath* path = PickPath(now, bytes, queued);
     if (path == nullptr) return;
     if (queued != nullptr) {
       const Reroute moved = *queued;
@@ -400,18 +450,26 @@ void Sender::ArmPto(Instant now, SenderPath& path) {
     path.pto_deadline = now + std::min(OvertakenTimeout(path, nullptr), cap);
     return;
   }
+  // A path paced below one packet per RTT has rare samples of its own: the connection's latest
+  // one, on whichever path, tells the queue it waits behind now (congestion is not failure).
   const uint32_t backoff = std::min<uint32_t>(path.timeouts_without_progress, 6);
-  path.pto_deadline =
-      now + std::min(path.rtt.ProbeTimeout(cfg_.min_probe_timeout) * (1u << backoff), cap);
+  const Duration pto = std::max(path.rtt.ProbeTimeout(cfg_.min_probe_timeout),
+                                latest_rtt_ + 4 * path.rtt.rttvar());
+  path.pto_deadline = now + std::min(pto * (1u << backoff), cap);
 }
 
 Duration Sender::RecoveryCap() const {
   return cfg_.no_progress_timeout / (2 * cfg_.fail_after_timeouts);  // >= 1 ns (config.cc)
 }
 
-uint32_t Sender::FailAfter(const SenderPath& path) const {
-  return path.overtaken ? std::min(cfg_.fail_after_overtaken, cfg_.fail_after_timeouts)
-                        : cfg_.fail_after_timeouts;
+uint32_t Sender::FailAfter(Instant now, const SenderPath& path) const {
+  const uint32_t n = path.overtaken
+                         ? std::min(cfg_.fail_after_overtaken, cfg_.fail_after_timeouts)
+                         : cfg_.fail_after_timeouts;
+  // congestion.md §4: while the connection sees congestion (CE marks or queueing delay on any of
+  // its paths within the recovery cap), a silent path is first of all a path behind a full
+  // queue: it takes twice the evidence to fail it.
+  return now - last_congestion_signal_ < RecoveryCap() ? 2 * n : n;
 }
 
 Duration Sender::OvertakenTimeout(const SenderPath& path, const SenderPath* than) const {
@@ -553,7 +611,14 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     path.last_ce_count = ack.ack.ce_count;
   }
   path.stats.ce_marks += ce_delta;
-  path.window_hint = ack.ack.window_hint;
+  if (ack.ack.window_hint != path.window_hint) {
+    // congestion.md §5: the latest hint, on whichever path, is the share of every path of the
+    // connection: it replaces the set-up offer of paths that have had no ACK yet (the offer is
+    // as old as the connection, and may be many times what the responder can give now), and a
+    // path paced at one packet per many RTTs learns of a larger share without waiting for its
+    // own next ACK, which its small share would delay.
+    for (SenderPath& p : paths_) p.window_hint = ack.ack.window_hint;
+  }
 
   if (t.packets > 0) {
     last_progress_ = now;
@@ -565,11 +630,13 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     }
     if (t.rtt_sample > Duration(0)) {
       path.rtt.AddSample(t.rtt_sample);
+      latest_rtt_ = t.rtt_sample;
       MR_PROBE5(rtt_sample, cfg_.local_conn_id, path.id, t.rtt_sample.count(),
                 path.rtt.srtt().count(), path.port);
     }
     path.congestion.OnAck(now, t.bytes, t.packets, ce_delta, t.rtt_sample, path.rtt.srtt(),
                           path.rtt.min_rtt());
+    if (path.congestion.last_signal() == now) last_congestion_signal_ = now;
     const double used = path.congestion.cwnd() == 0
                             ? 0
                             : std::min(1.0, double(inflight_before) / path.congestion.cwnd());
@@ -592,6 +659,8 @@ void Sender::DetectLosses(Instant now, SenderPath& path) {
   const auto lost = [&](uint32_t psn, const SentPacket& e) {
     MR_PROBE6(sack_gap, cfg_.local_conn_id, path.id, psn, path.snd_una, path.next_psn,
               e.transmissions);
+    // congestion.md §4: an overflow drop (a queue around it) cuts the window; a random one not.
+    if (path.congestion.OnLoss(now, path.rtt.srtt())) ++conn_.counters_.congestion_loss_cuts;
     Retransmit(now, path, psn, Why::kGap);
   };
   if (SeqLess(path.loss_scan_psn, path.snd_una)) path.loss_scan_psn = path.snd_una;
@@ -859,7 +928,7 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
                                !idle_sibling && now - last_progress_ >= RecoveryCap() &&
                                now - last_silence_failure_ >= RecoveryCap();
     if (silence_fails || (cfg_.profile.spray == SprayPolicy::kAllPaths && attributable &&
-                          path.attributed_timeouts + 1 >= FailAfter(path))) {
+                          path.attributed_timeouts + 1 >= FailAfter(now, path))) {
       ++path.stats.timeouts;
       if (path.state == PathState::kActive) {
         SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
@@ -878,7 +947,7 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
     SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
   }
   const bool can_fail_over = cfg_.profile.spray == SprayPolicy::kAllPaths;
-  if (can_fail_over && path.attributed_timeouts >= FailAfter(path)) {
+  if (can_fail_over && path.attributed_timeouts >= FailAfter(now, path)) {
     FailPath(now, path, PathEventReason::kFailed);
     return;
   }
@@ -1055,7 +1124,7 @@ Instant Sender::NextDeadline() const {
     }
   }
   if (!messages_.empty()) t = std::min(t, last_progress_ + cfg_.no_progress_timeout);
-  return std::min(t, rnr_resume_at_);
+  return std::min({t, rnr_resume_at_, pace_wakeup_});
 }
 
 PathStats Sender::Stats(uint16_t path_id) const {

@@ -81,6 +81,11 @@ struct SenderPath {
   uint32_t inflight_bytes = 0;
   uint32_t last_ce_count = 0;  // highest cumulative CE count echoed so far
   uint32_t window_hint = 0;
+  // A window below one packet is a rate (congestion.md §1): one new packet per
+  // srtt * bytes / window, the first at a random phase within that interval.
+  bool pace_started = false;
+  Instant paced_at{0};  // the latest paced packet (or the phase's origin before the first)
+  Duration paced_interval{0};  // the wait before it
   RttEstimator rtt;
   PathCongestion congestion;
   // Tail loss / health [R5].
@@ -149,7 +154,12 @@ class Sender {
   bool WithinReorderWindow(uint64_t end) const;
   // A usable path whose window takes `bytes` more, round robin. A hedge [R5b] avoids its own
   // path and prefers its plane.
-  SenderPath* PickPath(uint32_t bytes, const Reroute* queued);
+  // A path whose window is below one packet is paced (congestion.md §1): it is picked when its
+  // time has come, and otherwise sets pace_wakeup_.
+  SenderPath* PickPath(Instant now, uint32_t bytes, const Reroute* queued);
+  // The RTT a paced path's interval is computed from: its srtt or the connection's latest
+  // sample, whichever is larger.
+  Duration PacingRtt(const SenderPath& path) const;
   uint32_t PacketBytes(const OutboundMessage& m, uint32_t index) const;
   // `queued`: data moved or hedged off another path, sent as a retransmission on its new path.
   void SendNew(Instant now, SenderPath& path, PacketRef ref, const Reroute* queued);
@@ -186,7 +196,8 @@ class Sender {
   // no_progress_timeout / (2 * fail_after_timeouts): the longest PTO, probe interval while work
   // waits, and connection-wide silence before a path fails for it ([R5], [R5c], [R7]).
   Duration RecoveryCap() const;
-  uint32_t FailAfter(const SenderPath& path) const;  // expiries without progress before failing
+  // Expiries without progress before failing (twice as many while the connection is congested).
+  uint32_t FailAfter(Instant now, const SenderPath& path) const;
   void FailPath(Instant now, SenderPath& path, PathEventReason reason);
   // Rotates now and returns true, or (within the hold-down, or without a token of the rate
   // limit) schedules it and returns false.
@@ -214,6 +225,10 @@ class Sender {
   uint16_t rr_cursor_ = 0;
   uint64_t inflight_bytes_ = 0;
   uint64_t rng_state_;
+  double pace_phase_;                     // in [0, 1): where the paths' paced packets start
+  Instant pace_wakeup_ = kNever;          // earliest paced path that new data waits for
+  Duration latest_rtt_{0};                // latest RTT sample of any path
+  Instant last_congestion_signal_{INT64_MIN / 2};  // latest CE mark or RTT above target, any path
   double rotation_tokens_ = 0;            // [R7] rate limit; full at the first rotation
   Instant rotation_tokens_at_ = kNever;   // last refill (kNever: the bucket is untouched)
   Instant last_progress_{0};

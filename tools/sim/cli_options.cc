@@ -214,6 +214,14 @@ const std::vector<FlagSpec>& Flags() {
          out.config.queue_bytes = *n * 1024;
          return absl::OkStatus();
        }},
+      {"receive-budget-kb", "KIB",
+       "each host's receive budget, shared as window hints by the connections sending to it (default: the bandwidth-delay product, all paths' rate x base RTT; 0: no hints)",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         absl::StatusOr<uint64_t> n = ParseSize("receive-budget-kb", v);
+         if (!n.ok()) return n.status();
+         out.config.receive_budget_bytes = *n * 1024;
+         return absl::OkStatus();
+       }},
       {"ecn-kb", "KIB", "CE-mark when the queue exceeds this (default 64)",
        [](absl::string_view v, CommandLine& out) -> absl::Status {
          absl::StatusOr<uint64_t> n = ParseSize("ecn-kb", v);
@@ -463,6 +471,12 @@ const std::vector<FlagSpec>& ClusterFlags() {
        "ends: the workload's flows are the victims (default 0)",
        ClusterUnsigned("background-incast", 1u << 24,
                        [](uint64_t n, ClusterConfig& c) { c.background_incast = uint32_t(n); })},
+      {"receive-budget-kb", "KIB",
+       "every host's receive budget, shared as window hints by the connections sending to it "
+       "(default: the host's bandwidth-delay product, its links of every plane x the RTT through "
+       "a spine; 0: no hints)",
+       ClusterUnsigned("receive-budget-kb", uint64_t{1} << 32,
+                       [](uint64_t n, ClusterConfig& c) { c.receive_budget_bytes = n * 1024; })},
       {"seed", "S", "seed of every random choice (default 1)",
        ClusterUnsigned("seed", UINT64_MAX, [](uint64_t n, ClusterConfig& c) { c.seed = n; })},
       {"duration-cap-ms", "MS", "stop after this much simulated time (default 10000)",

@@ -238,7 +238,10 @@ absl::Status Cluster::Setup() {
   for (uint32_t h = 0; h < H; ++h) {
     Host& host = hosts_[h];
     host.sink = std::make_unique<HostSink>(*this, h);
-    host.endpoint = std::make_unique<core::Endpoint>(*host.sink);
+    core::ReceiveBudgetConfig budget;
+    budget.budget_bytes = config_.ReceiveBudgetBytes();
+    budget.mtu = config_.mtu;
+    host.endpoint = std::make_unique<core::Endpoint>(*host.sink, budget);
     auto pattern_mr = host.endpoint->memory().Register(pattern_.data(), pattern_.size(), 0);
     if (!pattern_mr.ok()) return pattern_mr.status();
     auto scratch_mr = host.endpoint->memory().Register(
@@ -288,6 +291,10 @@ absl::Status Cluster::Setup() {
       on_req.rx_token = on_resp.tx_token = DeriveSeed(config_.seed, kTokenStream, index, 1);
       on_req.seed = DeriveSeed(config_.seed, kConnSeedStream, index, 0);
       on_resp.seed = DeriveSeed(config_.seed, kConnSeedStream, index, 1);
+      // What the set-up exchange does: each side offers the other its share of its receive
+      // budget as the new connection's initial window_hint (lib/core/receive_budget.h).
+      on_req.initial_window_hint_bytes = hosts_[dst].endpoint->receive_budget().InitialOffer();
+      on_resp.initial_window_hint_bytes = hosts_[src].endpoint->receive_budget().InitialOffer();
       const size_t before = config_.measure ? HeapInUseBytes() : 0;
       auto req = hosts_[src].endpoint->CreateConnection(on_req);
       if (!req.ok()) return req.status();
@@ -685,11 +692,11 @@ void Cluster::TakeSample() {
     for (uint16_t p = 0; p < c.path_count(); ++p) {
       const core::PathStats s = c.path_stats(p);
       cwnd += s.cwnd_bytes;
-      // The window the sender uses (Sender::Window): the receiver's hint caps cwnd, never
-      // below one packet.
+      // The window the sender uses (Sender::Window): the receiver's hint caps cwnd; below one
+      // packet it is a rate.
       window += s.window_hint_bytes == 0
                     ? s.cwnd_bytes
-                    : std::min(s.cwnd_bytes, std::max(s.window_hint_bytes, config_.mtu));
+                    : std::min(s.cwnd_bytes, s.window_hint_bytes);  // congestion.md §1
     }
   }
   for (uint32_t index = 0; index < workload_conns_; ++index) {
@@ -841,6 +848,15 @@ absl::StatusOr<Workload> ParseWorkload(std::string_view name) {
       "unknown workload '", std::string(name), "' (pair, permutation, incast, alltoall, allreduce-ring)"));
 }
 
+uint64_t ClusterConfig::ReceiveBudgetBytes() const {
+  if (receive_budget_bytes) return *receive_budget_bytes;
+  // A route through a spine: 4 hops each way, a packet's serialization at each of the 4 hops out.
+  const double mtu_wire = static_cast<double>(mtu + wire::kDataHeadersSize + kWireOverheadBytes);
+  const double rtt_ns = 8 * static_cast<double>(fabric.hop_delay.count()) +
+                        2 * mtu_wire * 8 / fabric.host_gbps + 2 * mtu_wire * 8 / fabric.fabric_gbps;
+  return static_cast<uint64_t>(fabric.planes * fabric.host_gbps / 8 * rtt_ns);
+}
+
 absl::Status ClusterConfig::Validate() const {
   if (absl::Status s = fabric.Validate(); !s.ok()) return s;
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
@@ -928,6 +944,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("steps", c.steps);
   if (c.workload == Workload::kIncast) w.Field("incast_degree", c.incast_degree);
   w.Field("background_incast", c.background_incast);
+  w.Field("receive_budget_bytes", c.ReceiveBudgetBytes());
   w.Field("seed", c.seed);
   w.EndObject();
   w.Field("stop_reason", r.stop_reason);

@@ -72,6 +72,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,9 @@ struct ClusterConfig {
   uint32_t steps = 1;
   uint32_t incast_degree = 8;
   uint32_t background_incast = 0;  // senders of a background incast into host 0 (0: none)
+  // Every host's receive budget (lib/core/receive_budget.h); unset: the host's bandwidth-delay
+  // product, its links of every plane x the RTT of a route through a spine. 0: no hints.
+  std::optional<uint64_t> receive_budget_bytes;
 
   uint64_t seed = 1;
   Duration duration_cap = std::chrono::seconds(10);  // simulated
@@ -117,6 +121,7 @@ struct ClusterConfig {
 
   absl::Status Validate() const;
   uint16_t EffectivePaths() const { return transport == TransportKind::kGoBackN ? 1 : paths; }
+  uint64_t ReceiveBudgetBytes() const;
 };
 
 // Per-bin figures of a run (cluster.h's header: `timeline`); every vector has `samples()`

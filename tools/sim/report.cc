@@ -52,6 +52,7 @@ void WriteConfig(JsonWriter& w, const ScenarioConfig& c) {
   w.EndArray();
   w.Field("delay_us", Us(c.delay));
   w.Field("queue_bytes", c.queue_bytes);
+  w.Field("receive_budget_bytes", c.ReceiveBudgetBytes());
   w.Field("ecn_threshold_bytes", c.ecn_threshold_bytes);
   w.Field("loss", c.loss);
   w.Field("ack_loss", c.ack_loss.value_or(c.loss));
@@ -248,7 +249,8 @@ std::string ResultToJson(const ScenarioResult& r) {
     const std::pair<std::string_view, const std::vector<double>*> series[] = {
         {"srtt_us", &p.srtt_us},         {"min_rtt_us", &p.min_rtt_us},
         {"ecn_alpha", &p.ecn_alpha},     {"cwnd_kb", &p.cwnd_kb},
-        {"inflight_kb", &p.inflight_kb}, {"utilization", &p.utilization}};
+        {"inflight_kb", &p.inflight_kb}, {"window_hint_kb", &p.window_hint_kb},
+        {"utilization", &p.utilization}};
     for (const auto& [name, values] : series) {
       w.BeginArray(name);
       for (double x : *values) w.Element(x);

@@ -354,13 +354,20 @@ std::vector<PhysicalPathConfig> BuildFabricConfig(const ScenarioConfig& c) {
   return paths;
 }
 
+core::ReceiveBudgetConfig BudgetOf(const ScenarioConfig& config) {
+  core::ReceiveBudgetConfig b;
+  b.budget_bytes = config.ReceiveBudgetBytes();
+  b.mtu = config.mtu;
+  return b;
+}
+
 Simulation::Simulation(const ScenarioConfig& config)
     : config_(config),
       fabric_(BuildFabricConfig(config), queue_, [this](Datagram& d) { OnArrival(d); }),
       port_a_(*this, Direction::kAToB),
       port_b_(*this, Direction::kBToA),
-      endpoint_a_(std::make_unique<core::Endpoint>(port_a_)),
-      endpoint_b_(std::make_unique<core::Endpoint>(port_b_)) {
+      endpoint_a_(std::make_unique<core::Endpoint>(port_a_, BudgetOf(config))),
+      endpoint_b_(std::make_unique<core::Endpoint>(port_b_, BudgetOf(config))) {
   result_.config = config;
   total_messages_ = config.TotalMessages();
   bin_ns_ = std::max<int64_t>(1, config.EffectiveBin().count());
@@ -399,6 +406,11 @@ absl::Status Simulation::Setup() {
     on_b.tx_token = on_a.rx_token;
     on_b.rx_token = on_a.tx_token;
     on_b.seed = DeriveSeed(config_.seed, kConnectionSeedStream, c, 1);
+
+    // What the set-up exchange does: each side offers the other its share of its receive budget
+    // as the new connection's initial window_hint (receive_budget.h).
+    on_a.initial_window_hint_bytes = endpoint_b_->receive_budget().InitialOffer();
+    on_b.initial_window_hint_bytes = endpoint_a_->receive_budget().InitialOffer();
 
     const size_t heap_before = config_.measure ? HeapInUseBytes() : 0;
     auto requester = endpoint_a_->CreateConnection(on_a);
@@ -833,6 +845,7 @@ void Simulation::TakeSample() {
     series.ecn_alpha.push_back(st.ecn_fraction);
     series.cwnd_kb.push_back(st.cwnd_bytes / 1024.0);
     series.inflight_kb.push_back(st.inflight_bytes / 1024.0);
+    series.window_hint_kb.push_back(st.window_hint_bytes / 1024.0);
     series.utilization.push_back(st.utilization);
   }
   // Only while something else is pending: samples alone must not keep an idle run alive.
@@ -1032,6 +1045,13 @@ absl::Status ScenarioConfig::Validate() const {
 uint16_t ScenarioConfig::EffectiveLogicalPaths() const {
   if (transport == TransportKind::kGoBackN) return 1;
   return logical_paths == 0 ? physical_paths : logical_paths;
+}
+
+uint64_t ScenarioConfig::ReceiveBudgetBytes() const {
+  if (receive_budget_bytes) return *receive_budget_bytes;
+  double gbps = 0;
+  for (uint16_t p = 0; p < physical_paths; ++p) gbps += PathRateGbps(p);
+  return static_cast<uint64_t>(gbps / 8 * static_cast<double>(BaseRtt().count()));  // Gb/s x ns
 }
 
 double ScenarioConfig::PathLossProbability(uint16_t path, bool ack_direction) const {

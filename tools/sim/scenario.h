@@ -95,6 +95,10 @@ struct ScenarioConfig {
   Duration delay = std::chrono::microseconds(2);
   uint64_t queue_bytes = 512 * 1024;
   uint64_t ecn_threshold_bytes = 64 * 1024;
+  // Each host's receive budget (lib/core/receive_budget.h); unset: the host's bandwidth-delay
+  // product, all paths' rate x BaseRtt(), as a host would configure it from its NIC's speed and
+  // its fabric's base RTT. 0: no hint.
+  std::optional<uint64_t> receive_budget_bytes;
   double loss = 0;
   std::optional<double> ack_loss;  // unset: same as `loss`
   std::vector<Blackhole> blackholes;
@@ -143,6 +147,7 @@ struct ScenarioConfig {
   uint64_t TotalMessages() const { return steps == 0 ? messages : steps * messages; }
   // Unloaded round trip: MTU data packet out and ACK back at the nominal rate.
   Duration BaseRtt() const;
+  uint64_t ReceiveBudgetBytes() const;
   Duration EffectiveBin() const;
   bool UsesReceives() const { return op != Operation::kWrite; }
 };
@@ -183,7 +188,8 @@ struct PathSamples {
     uint16_t path = 0;
     std::vector<uint16_t> physical;  // physical path of the current source port
     std::vector<std::string> state;
-    std::vector<double> srtt_us, min_rtt_us, ecn_alpha, cwnd_kb, inflight_kb, utilization;
+    std::vector<double> srtt_us, min_rtt_us, ecn_alpha, cwnd_kb, inflight_kb, window_hint_kb,
+        utilization;
   };
   std::vector<Series> paths;
 };

@@ -147,16 +147,16 @@ TEST(ConnectionConfig_Validate, CongestionWindowsMustBeOrdered) {
               HasSubstr("congestion windows"));
   EXPECT_THAT(Refusal(With([](ConnectionConfig& c) {
                 c.min_cwnd_bytes = 8192;
-                c.initial_cwnd_bytes = 4096;
+                c.max_cwnd_bytes = 4096;
               })),
-              HasSubstr("min <= initial"));
-  EXPECT_THAT(Refusal(With([](ConnectionConfig& c) {
-                c.initial_cwnd_bytes = 1u << 20;
-                c.max_cwnd_bytes = (1u << 20) - 1;
-              })),
-              HasSubstr("initial <= max"));
+              HasSubstr("min_cwnd <= max_cwnd"));
+  EXPECT_THAT(Refusal(With([](ConnectionConfig& c) { c.initial_window_bytes = 0; })),
+              HasSubstr("0 < initial window"));
+  // The initial window is the connection's, spread over its paths and clamped to the bounds:
+  // any positive value is valid.
   EXPECT_EQ(Refusal(With([](ConnectionConfig& c) {
-              c.min_cwnd_bytes = c.initial_cwnd_bytes = c.max_cwnd_bytes = 8192;
+              c.min_cwnd_bytes = c.max_cwnd_bytes = 8192;
+              c.initial_window_bytes = 1;
             })),
             "");
 }

@@ -231,5 +231,37 @@ TEST(PathCongestion_Reset, StartsOverAtInitialWithFreshRounds) {
   EXPECT_EQ(cc.cwnd(), static_cast<uint32_t>(10'000 * (1 - 1.0 / 32) * 0.6));
 }
 
+TEST(PathCongestion_Loss, ALossWithoutAQueueAroundItChangesNothing) {
+  // congestion.md §4: random loss is repaired, not answered.
+  PathCongestion cc(Params());
+  cc.OnAck(At(0 * kUs), 1000, 1, 0, kNoSample, kSrtt, kMinUnknown);
+  const uint32_t before = cc.cwnd();
+  EXPECT_FALSE(cc.OnLoss(At(10 * kUs), kSrtt));
+  EXPECT_EQ(cc.cwnd(), before);
+  EXPECT_TRUE(cc.in_slow_start());
+}
+
+TEST(PathCongestion_Loss, ALossWithinAnRttOfAMarkHalvesTheWindowOncePerRtt) {
+  // congestion.md §4: a loss with CE marks around it is an overflow drop.
+  PathCongestion cc(Params());
+  EndSlowStartWithoutCut(cc);  // a marked ACK at 1 us
+  EXPECT_TRUE(cc.OnLoss(At(50 * kUs), kSrtt));
+  EXPECT_EQ(cc.cwnd(), 5'000u);
+  EXPECT_FALSE(cc.OnLoss(At(60 * kUs), kSrtt));  // the same episode
+  EXPECT_EQ(cc.cwnd(), 5'000u);
+  // More than an RTT after the latest signal a loss is random again.
+  EXPECT_FALSE(cc.OnLoss(At(1 * kUs) + kSrtt + kUs, kSrtt));
+  EXPECT_EQ(cc.cwnd(), 5'000u);
+}
+
+TEST(PathCongestion_Loss, ALossBehindAQueueDelayIsAnOverflowDrop) {
+  PathCongestion cc(Params());
+  // min_rtt 10 us, sample 40 us: 10 us above the 20 us target.
+  cc.OnAck(At(0 * kUs), 1000, 1, 0, 40 * kUs, kSrtt, 10 * kUs);
+  const uint32_t before = cc.cwnd();
+  EXPECT_TRUE(cc.OnLoss(At(50 * kUs), kSrtt));  // (the delay itself cut to 8,000)
+  EXPECT_EQ(cc.cwnd(), before / 2);
+}
+
 }  // namespace
 }  // namespace metaroce::core

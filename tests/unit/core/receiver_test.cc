@@ -129,10 +129,10 @@ std::string Line(const RecordedPacket& r) {
 // A responder connection with one registered region surrounded by guard bytes that no packet
 // may touch, and a source pattern to carry in data packets.
 struct Responder {
-  explicit Responder(ConnectionConfig c = ResponderConfig())
+  explicit Responder(ConnectionConfig c = ResponderConfig(), ReceiveBudget* budget = nullptr)
       : storage(kRegionBytes + 2 * kGuardBytes, std::byte{0}),
         src(kRegionBytes),
-        conn(c, memory, sink) {
+        conn(c, memory, sink, nullptr, budget) {
     region = *memory.Register(storage.data() + kGuardBytes, kRegionBytes,
                               access::kLocalWrite | access::kRemoteWrite);
     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 7 + 1) & 0xff);
@@ -377,15 +377,20 @@ TEST(Receiver_Ecn, CeCountIsEchoedCumulativelyPerPath) {
   EXPECT_EQ(r.sink.packets()[0].packet.ack.ce_count, 1u);
 }
 
-TEST(Receiver_WindowHint, IsReceiveBudgetSharedOverPaths) {
-  ConnectionConfig c = ResponderConfig();
-  c.receive_budget_bytes = 100'000;
-  Responder r(c);
+TEST(Receiver_WindowHint, IsTheHostBudgetSharedByTheConnectionsPaths) {
+  ReceiveBudget budget(ReceiveBudgetConfig{.budget_bytes = 100'000});
+  Responder r(ResponderConfig(), &budget);  // 4 paths, counted from set-up
   r.Feed(At(0 * kUs), r.Write(0, 0, 0, 0, 100, wire::flags::kAckRequest));
   r.Feed(At(0 * kUs), r.Probe(1, 0));
   r.Feed(At(0 * kUs), r.Data(wire::Opcode::kSend, 2, 0, 1, 0, 10));  // RNR NAK
   ASSERT_EQ(r.sink.packets().size(), 3u);
   for (const RecordedPacket& p : r.sink.packets()) EXPECT_EQ(p.packet.ack.window_hint, 25'000u);
+  r.sink.Clear();
+  // A second connection of the same host, set up and not sending yet, halves every share.
+  Responder other(ResponderConfig(), &budget);
+  r.Feed(At(1 * kUs), r.Write(0, 1, 0, 100, 200, wire::flags::kAckRequest));
+  ASSERT_EQ(r.sink.packets().size(), 1u);
+  EXPECT_EQ(r.sink.packets()[0].packet.ack.window_hint, 12'500u);
 
   Responder no_budget;
   no_budget.Feed(At(0 * kUs), no_budget.Write(0, 0, 0, 0, 100, wire::flags::kAckRequest));

@@ -219,7 +219,8 @@ TEST(Sender_Segmentation, RecvSeqCountsOnlyRequestsThatConsumeAReceive) {
 
 TEST(Sender_Cwnd, LimitsBytesInFlightPerPath) {
   ConnectionConfig c = RequesterConfig(2);
-  c.min_cwnd_bytes = c.initial_cwnd_bytes = 4 * kMtu;
+  c.min_cwnd_bytes = 4 * kMtu;
+  c.initial_window_bytes = 8 * kMtu;  // the connection's: 4 packets on each of its 2 paths
   Requester r(c);
   r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024",
@@ -254,22 +255,63 @@ TEST(Sender_Cwnd, LimitsBytesInFlightPerPath) {
                                    "path 0 WRITE psn 11 msg 0 off 15360 len 1024 ACK_REQ"));
 }
 
-TEST(Sender_Cwnd, AnEmptyPathMaySendOnePacketLargerThanItsWindow) {
+TEST(Sender_Pacing, AWindowBelowOnePacketIsARate) {
+  // congestion.md §1: a window of half a packet sends one packet per two RTTs, whatever the ACKs
+  // say in between, the first at the connection's phase within that interval.
   ConnectionConfig c = RequesterConfig(1);
-  c.min_cwnd_bytes = c.initial_cwnd_bytes = c.max_cwnd_bytes = 512;
+  c.min_cwnd_bytes = c.initial_window_bytes = c.max_cwnd_bytes = 512;
   Requester r(c);
-  r.PostWrite(At(0 * kUs), 1, 3 * kMtu);
-  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024 ACK_REQ"));
-  EXPECT_EQ(r.conn.path_stats(0).inflight_bytes, 1024u);
-  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
-  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 1 msg 0 off 1024 len 1024 ACK_REQ"));
+  r.PostWrite(At(0 * kUs), 1, 8 * kMtu);
+  std::vector<int64_t> sent_us;
+  uint32_t next_psn = 0;
+  for (int64_t us = 0; us <= 200; ++us) {
+    const Instant now = At(us * kUs);
+    if (r.conn.NextDeadline() <= now) r.conn.OnTimer(now);
+    for (const std::string& line : r.Log()) {
+      EXPECT_THAT(line, StartsWith("path 0 WRITE psn " + std::to_string(next_psn) + " "));
+      sent_us.push_back(us);
+      ++next_psn;
+    }
+    // Every packet is acknowledged 5 us after it left.
+    if (!sent_us.empty() && sent_us.back() + 5 == us) {
+      r.Feed(now, Requester::Ack(0, next_psn, next_psn - 1));
+    }
+  }
+  // Before any RTT sample the interval is initial_rtt x 1024 / 512 = 20 us; with samples of
+  // 5 us it is 10 us, reached by halving at most once per packet.
+  ASSERT_GE(sent_us.size(), 8u);
+  EXPECT_LT(sent_us[0], 20);
+  for (size_t i = 1; i < sent_us.size(); ++i) {
+    EXPECT_GE(sent_us[i] - sent_us[i - 1], 10) << "packet " << i;
+    EXPECT_LE(sent_us[i] - sent_us[i - 1], 20) << "packet " << i;
+  }
+  EXPECT_LE(sent_us.back() - sent_us[1], 10 * static_cast<int64_t>(sent_us.size() - 2) + 10);
+}
+
+TEST(Sender_WindowHint, TheLatestHintOnAnyPathIsEveryPathsShare) {
+  // congestion.md §5: the responder's share reaches every path with the first ACK of any, and a
+  // path's window is min(cwnd, hint) down to below one packet.
+  ConnectionConfig c = RequesterConfig(4);
+  c.initial_window_hint_bytes = 4 * 8 * kMtu;  // the set-up offer: 8 packets per path
+  Requester r(c);
+  for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(r.conn.path_stats(p).window_hint_bytes, 8 * kMtu);
+  r.PostWrite(At(0 * kUs), 1, 4 * kMtu);
+  r.Log();
+  wire::Packet ack = Requester::Ack(0, 1, 0);
+  ack.ack.window_hint = 300;
+  r.Feed(At(5 * kUs), ack);
+  for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(r.conn.path_stats(p).window_hint_bytes, 300u);
+  // Path 0 is empty and its window is below one packet: no burst after the ACK, one packet when
+  // its pacing allows.
+  r.PostWrite(At(5 * kUs), 2, 4 * kMtu);
+  EXPECT_THAT(r.Log(), ::testing::IsEmpty());
 }
 
 ConnectionConfig ManySmallPackets() {
   ConnectionConfig c = RequesterConfig(1);
   c.mtu = 64;
   c.min_cwnd_bytes = 64;
-  c.initial_cwnd_bytes = 1u << 20;
+  c.initial_window_bytes = 1u << 20;
   return c;
 }
 
@@ -1050,7 +1092,7 @@ TEST(Sender_Retry, MaxTransmissionsExceededFailsTheMessageAndFlushesTheRest) {
   ConnectionConfig c = RequesterConfig(1);
   c.max_transmissions = 2;
   c.fail_after_timeouts = 10;
-  c.min_cwnd_bytes = c.initial_cwnd_bytes = kMtu;  // one message in flight at a time
+  c.min_cwnd_bytes = c.initial_window_bytes = kMtu;  // one message in flight at a time
   Requester r(c);
   r.PostWrite(At(0 * kUs), 1, kMtu);
   r.PostWrite(At(0 * kUs), 2, kMtu);

@@ -1,0 +1,117 @@
+// ReceiveBudget: the host's receive budget divided among the paths of the connections that send
+// to it (docs/spec/congestion.md §5): counted from set-up, by byte-clocked epochs, and forgotten.
+#include "lib/core/receive_budget.h"
+
+#include <gtest/gtest.h>
+
+namespace metaroce::core {
+namespace {
+
+constexpr Duration kUs = std::chrono::microseconds(1);
+Instant At(Duration d) { return Instant{} + d; }
+
+ReceiveBudgetConfig Config() {
+  ReceiveBudgetConfig c;
+  c.budget_bytes = 80'000;
+  c.active_window = 1000 * kUs;
+  c.mtu = 1000;
+  return c;
+}
+
+TEST(ReceiveBudget_Hint, IsTheBudgetOverThePathsOfConnectionsSetUpAndNotYetSending) {
+  ReceiveBudget b(Config());
+  ActivityMark m1, m2;
+  b.AddConnection(m1, 8);
+  b.AddConnection(m2, 8);
+  EXPECT_EQ(b.counted_pairs(), 16u);
+  EXPECT_EQ(b.Hint(At(0 * kUs)), 5'000u);
+  // Sending moves a connection from pending to active: still counted once.
+  b.OnData(At(1 * kUs), m1, 1000);
+  b.OnData(At(2 * kUs), m1, 1000);
+  EXPECT_EQ(b.counted_pairs(), 16u);
+  // One never sending stops counting one active_window after the first event after its set-up.
+  EXPECT_EQ(b.Hint(At(999 * kUs)), 5'000u);
+  b.OnData(At(999 * kUs), m1, 1000);
+  EXPECT_EQ(b.Hint(At(1000 * kUs)), 10'000u);
+}
+
+TEST(ReceiveBudget_Hint, DisabledBudgetGivesNoHintAndNoOffer) {
+  ReceiveBudgetConfig c = Config();
+  c.budget_bytes = 0;
+  ReceiveBudget b(c);
+  ActivityMark m;
+  b.AddConnection(m, 8);
+  EXPECT_EQ(b.Hint(At(0 * kUs)), 0u);
+  EXPECT_EQ(b.InitialOffer(), 0u);
+}
+
+TEST(ReceiveBudget_Hint, IsAtLeastOneByte) {
+  ReceiveBudgetConfig c = Config();
+  c.budget_bytes = 10;
+  ReceiveBudget b(c);
+  ActivityMark m;
+  b.AddConnection(m, 64);
+  EXPECT_EQ(b.Hint(At(0 * kUs)), 1u);
+}
+
+TEST(ReceiveBudget_Epochs, AConnectionThatStoppedIsForgottenWithinTwoEpochsOfBytes) {
+  ReceiveBudget b(Config());
+  ActivityMark quiet, busy;
+  b.AddConnection(quiet, 4);
+  b.AddConnection(busy, 4);
+  b.OnData(At(0 * kUs), quiet, 1000);
+  b.OnData(At(0 * kUs), busy, 1000);
+  EXPECT_EQ(b.Hint(At(0 * kUs)), 10'000u);
+  // An epoch is max(budget, 2 x mtu x connections) = 80,000 bytes: `busy` alone sends two of
+  // them; `quiet` counts in the previous epoch during the first, then not at all.
+  Instant t = At(1 * kUs);
+  for (int i = 0; i < 80; ++i) b.OnData(t = t + kUs, busy, 1000);
+  EXPECT_EQ(b.Hint(t), 10'000u);
+  for (int i = 0; i < 80; ++i) b.OnData(t = t + kUs, busy, 1000);
+  EXPECT_EQ(b.Hint(t), 20'000u);
+}
+
+TEST(ReceiveBudget_Epochs, EndAfterTwiceThePreviousEpochWhenBytesSlowDown) {
+  ReceiveBudget b(Config());
+  ActivityMark gone, slow;
+  b.AddConnection(gone, 4);
+  b.AddConnection(slow, 4);
+  // A first epoch ended by its bytes in 80 us...
+  Instant t = At(0 * kUs);
+  for (int i = 0; i < 40; ++i) {
+    b.OnData(t = t + kUs, gone, 1000);
+    b.OnData(t = t + kUs, slow, 1000);
+  }
+  b.OnData(t = t + kUs, slow, 1000);
+  EXPECT_EQ(b.Hint(t), 10'000u);
+  // ...then `gone` stops and `slow` sends one packet per 50 us: 160 us later two epochs have
+  // ended by time, and `slow` has the whole budget.
+  for (int i = 0; i < 8; ++i) b.OnData(t = t + 50 * kUs, slow, 1000);
+  EXPECT_EQ(b.Hint(t), 20'000u);
+}
+
+TEST(ReceiveBudget_Epochs, SilenceForgetsEveryone) {
+  ReceiveBudget b(Config());
+  ActivityMark m;
+  b.AddConnection(m, 4);
+  b.OnData(At(0 * kUs), m, 1000);
+  EXPECT_EQ(b.counted_pairs(), 4u);
+  EXPECT_EQ(b.Hint(At(2000 * kUs)), 80'000u);  // nothing counted: the whole budget
+}
+
+TEST(ReceiveBudget_Offer, IsTheBudgetOverTheConnectionsWithTheNewOne) {
+  ReceiveBudget b(Config());
+  EXPECT_EQ(b.InitialOffer(), 80'000u);
+  ActivityMark m1, m2, m3;
+  b.AddConnection(m1, 8);
+  b.AddConnection(m2, 8);
+  b.AddConnection(m3, 8);
+  EXPECT_EQ(b.InitialOffer(), 20'000u);
+  b.RemoveConnection(m2);
+  EXPECT_EQ(b.connections(), 2u);
+  EXPECT_EQ(b.InitialOffer(), 80'000u / 3);
+  EXPECT_EQ(b.counted_pairs(), 16u);  // a pending connection removed stops counting at once
+}
+
+}  // namespace
+}  // namespace metaroce::core
