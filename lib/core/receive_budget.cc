@@ -2,7 +2,7 @@
 
 namespace metaroce::core {
 namespace {
-constexpr uint64_t kEpochPacketsPerConnection = 8;
+constexpr uint64_t kEpochPacketsPerConnection = 2;
 }  // namespace
 
 void ReceiveBudget::AddConnection(ActivityMark& mark, uint16_t pairs) {
@@ -36,7 +36,7 @@ ReceiveBudget::SetupGroup* ReceiveBudget::GroupOf(const ActivityMark& mark) {
 }
 
 void ReceiveBudget::Roll(Instant now) {
-  const uint64_t conns = std::max(current_conns_, previous_conns_);
+  const uint64_t conns = connections_;
   const uint64_t epoch_bytes =
       std::max<uint64_t>(config_.budget_bytes, kEpochPacketsPerConnection * uint64_t{config_.mtu} * conns);
   // An epoch also ends after twice the previous one's duration: when most connections stop, the

@@ -75,12 +75,15 @@ class ReceiveBudget {
   uint32_t Hint(Instant now);
 
   // The share offered to a new connection at set-up, for all of its paths together: the budget
-  // divided among the connections this host already has plus the new one. Every one of them may
-  // start sending at once (an incast of connections set up beforehand), and the new connection
-  // has no ACK yet to learn better from. 0 when the budget is disabled.
-  uint64_t InitialOffer() const {
+  // divided among the connections this host already has and those being set up: `arriving`
+  // set-up requests answered together, this one included. Every one of them may start sending
+  // at once (an incast of connections set up beforehand), and none has an ACK yet to learn
+  // better from; answering a burst of requests one by one would offer the first the whole
+  // budget, the second half of it, and so on: together the budget times the burst's harmonic
+  // number, all in the first RTT. 0 when the budget is disabled.
+  uint64_t InitialOffer(uint64_t arriving = 1) const {
     if (!enabled()) return 0;
-    return std::max<uint64_t>(1, config_.budget_bytes / (connections_ + 1));
+    return std::max<uint64_t>(1, config_.budget_bytes / (connections_ + std::max<uint64_t>(1, arriving)));
   }
 
   // Pairs counted now (as of the latest event): active and pending.

@@ -189,12 +189,11 @@ uint32_t Sender::Window(const SenderPath& p) const {
 }
 
 Duration Sender::PacingRtt(const SenderPath& path) const {
-  // A paced path sends a packet every several RTTs: its own samples are rare and old. The
-  // connection's latest sample, on any path, tells the queue now; taking the larger keeps the
-  // bytes in flight of a paced path at its window on average whatever the queueing delay
-  // (a rate from a stale RTT would not shrink as the queue grows).
-  if (latest_rtt_ == Duration(0)) return path.rtt.srtt();  // no sample anywhere: initial_rtt
-  return path.rtt.has_sample() ? std::max(path.rtt.srtt(), latest_rtt_) : latest_rtt_;
+  // A paced path sends a packet every several RTTs: its own samples are rare and old, and its
+  // smoothed RTT older still. The connection's latest sample, on any path, tells the queue now:
+  // pacing at window / latest RTT keeps the bytes in flight at the window on average whatever
+  // the queueing delay, and lets the rate recover as soon as the queue drains.
+  return latest_rtt_ == Duration(0) ? path.rtt.srtt() : latest_rtt_;  // none yet: initial_rtt
 }
 
 SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued) {
@@ -217,11 +216,11 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued)
       const uint32_t window = Window(p);
       if (p.inflight_bytes > 0 && p.inflight_bytes + bytes > window) continue;
       if (p.inflight_bytes == 0 && bytes > window) {
-        // congestion.md §1: a window below one packet sends one packet per srtt * bytes / window
-        // (at most one recovery cap apart: the connection's own timers must not take a paced
-        // path for a silent one). The paths' first packets are staggered evenly over that
-        // interval from a random phase of the connection: connections set up together do not all
-        // send at once, and each sends at its share's rate from the start.
+        // congestion.md §1: a window below one packet sends one packet per R * bytes / window
+        // (R: PacingRtt; at most one recovery cap apart: the connection's own timers must not
+        // take a paced path for a silent one). The paths' first packets are staggered evenly
+        // over that interval from a random phase of the connection: connections set up together
+        // do not all send at once, and each sends at its share's rate from the start.
         const Duration interval = std::min(
             RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(PacingRtt(p).count()) *
                                                          bytes / std::max(window, 1u))));
@@ -229,20 +228,23 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued)
           p.pace_started = true;
           double phase = pace_phase_ + static_cast<double>(p.id % n) / n;
           if (phase >= 1) phase -= 1;  // every path's phase is uniform across connections
-          p.paced_at = now + Duration(-static_cast<int64_t>((1 - phase) * interval.count()));
+          p.pace_due = now + Duration(static_cast<int64_t>(phase * interval.count()));
+          p.pace_interval = interval;
+        } else if (interval != p.pace_interval && p.pace_due > now) {
+          // A new share (or RTT) rescales the wait still to go, not the whole interval: the
+          // paths of every connection, told of a larger share by ACKs at about the same time,
+          // keep their spread phases instead of all falling due at once.
+          p.pace_due = now + Duration(static_cast<int64_t>(
+                                 static_cast<double>((p.pace_due - now).count()) *
+                                 static_cast<double>(interval.count()) /
+                                 static_cast<double>(std::max<int64_t>(1, p.pace_interval.count()))));
         }
-        // Due one interval at the current window after the previous paced packet: a larger share
-        // learnt meanwhile (on any path) shortens the wait, by half at most per packet, so that
-        // the paths of every connection, told of a larger share by the same ACKs, do not all
-        // fall due at once.
-        const Duration wait = std::max(interval, p.paced_interval / 2);
-        const Instant due = p.paced_at + wait;
-        if (due > now) {
-          pace_wakeup_ = std::min(pace_wakeup_, due);
+        p.pace_interval = interval;
+        if (p.pace_due > now) {
+          pace_wakeup_ = std::min(pace_wakeup_, p.pace_due);
           continue;
         }
-        p.paced_at = now;
-        p.paced_interval = wait;
+        p.pace_due = now + interval;
       }
       rr_cursor_ = static_cast<uint16_t>((idx + 1) % n);
       return &p;

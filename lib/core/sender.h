@@ -84,8 +84,8 @@ struct SenderPath {
   // A window below one packet is a rate (congestion.md §1): one new packet per
   // srtt * bytes / window, the first at a random phase within that interval.
   bool pace_started = false;
-  Instant paced_at{0};  // the latest paced packet (or the phase's origin before the first)
-  Duration paced_interval{0};  // the wait before it
+  Instant pace_due{0};        // when the next paced packet may go
+  Duration pace_interval{0};  // the interval pace_due was computed with
   RttEstimator rtt;
   PathCongestion congestion;
   // Tail loss / health [R5].

@@ -256,6 +256,12 @@ absl::Status Cluster::Setup() {
   }
   // Connections.
   const uint16_t paths = config_.EffectivePaths();
+  // Set-up requests each host will answer (as requester and as responder), for the offers.
+  std::vector<uint64_t> setups_left(H, 0);
+  for (const auto& [src, dst] : pairs) {
+    setups_left[src] += config_.connections_per_pair;
+    setups_left[dst] += config_.connections_per_pair;
+  }
   flows_.reserve(pairs.size());
   conns_.reserve(pairs.size() * config_.connections_per_pair);
   for (const auto& [src, dst] : pairs) {
@@ -292,9 +298,12 @@ absl::Status Cluster::Setup() {
       on_req.seed = DeriveSeed(config_.seed, kConnSeedStream, index, 0);
       on_resp.seed = DeriveSeed(config_.seed, kConnSeedStream, index, 1);
       // What the set-up exchange does: each side offers the other its share of its receive
-      // budget as the new connection's initial window_hint (lib/core/receive_budget.h).
-      on_req.initial_window_hint_bytes = hosts_[dst].endpoint->receive_budget().InitialOffer();
-      on_resp.initial_window_hint_bytes = hosts_[src].endpoint->receive_budget().InitialOffer();
+      // budget as the new connection's initial window_hint, answering the whole burst of set-up
+      // requests it gets (every connection of the run) together (lib/core/receive_budget.h).
+      on_req.initial_window_hint_bytes =
+          hosts_[dst].endpoint->receive_budget().InitialOffer(setups_left[dst]--);
+      on_resp.initial_window_hint_bytes =
+          hosts_[src].endpoint->receive_budget().InitialOffer(setups_left[src]--);
       const size_t before = config_.measure ? HeapInUseBytes() : 0;
       auto req = hosts_[src].endpoint->CreateConnection(on_req);
       if (!req.ok()) return req.status();

@@ -408,9 +408,11 @@ absl::Status Simulation::Setup() {
     on_b.seed = DeriveSeed(config_.seed, kConnectionSeedStream, c, 1);
 
     // What the set-up exchange does: each side offers the other its share of its receive budget
-    // as the new connection's initial window_hint (receive_budget.h).
-    on_a.initial_window_hint_bytes = endpoint_b_->receive_budget().InitialOffer();
-    on_b.initial_window_hint_bytes = endpoint_a_->receive_budget().InitialOffer();
+    // as the new connection's initial window_hint, answering the whole burst of set-up requests
+    // (every connection of the run) together (receive_budget.h).
+    const uint64_t arriving = config_.connections - c;
+    on_a.initial_window_hint_bytes = endpoint_b_->receive_budget().InitialOffer(arriving);
+    on_b.initial_window_hint_bytes = endpoint_a_->receive_budget().InitialOffer(arriving);
 
     const size_t heap_before = config_.measure ? HeapInUseBytes() : 0;
     auto requester = endpoint_a_->CreateConnection(on_a);
