@@ -574,6 +574,13 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   if (failed_) return;
   SenderPath& path = paths_[ack.path_id];
   ++conn_.counters_.acks_rcvd;
+  if (ack.ack.window_hint != path.window_hint) {
+    // congestion.md §5.1: the latest hint of an ACK or a NAK, on whichever path, is the share of
+    // every path of the connection: it replaces the set-up offer of paths that have had no ACK
+    // yet, and a path paced at one packet per many RTTs learns of a larger share without waiting
+    // for its own next ACK, which its small share would delay.
+    for (SenderPath& p : paths_) p.window_hint = ack.ack.window_hint;
+  }
   if (ack.ack.syndrome != wire::Syndrome::kAck) {
     OnNak(now, path, ack);
     RetireAndReport();
@@ -613,14 +620,6 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     path.last_ce_count = ack.ack.ce_count;
   }
   path.stats.ce_marks += ce_delta;
-  if (ack.ack.window_hint != path.window_hint) {
-    // congestion.md §5: the latest hint, on whichever path, is the share of every path of the
-    // connection: it replaces the set-up offer of paths that have had no ACK yet (the offer is
-    // as old as the connection, and may be many times what the responder can give now), and a
-    // path paced at one packet per many RTTs learns of a larger share without waiting for its
-    // own next ACK, which its small share would delay.
-    for (SenderPath& p : paths_) p.window_hint = ack.ack.window_hint;
-  }
 
   if (t.packets > 0) {
     last_progress_ = now;
