@@ -227,13 +227,22 @@ def main():
         commands = open(os.path.join(runs, "commands.txt")).read()
         # Section 5's runs (tools/eval/scale) are cluster results with their own command list;
         # tests/eval/scale_quick_test.py checks them and their report.
+        # Section 6's (tools/eval/incast) likewise; tests/eval/incast_quick_test.py checks them.
         scale_commands = open(os.path.join(runs, "scale_commands.txt")).read()
+        incast_commands = open(os.path.join(runs, "incast_commands.txt")).read()
         for f in run_files:
             r = json.load(open(os.path.join(runs, f)))
-            if f.startswith("scale_"):
-                expect(r.get("schema") == "mrsim.cluster.v1", "%s is an mrsim cluster result" % f)
-                expect(f[:-5] + ": mrsim " in scale_commands,
-                       "scale_commands.txt has the command of %s" % f)
+            for prefix, listed, listing in (("scale_", scale_commands, "scale_commands.txt"),
+                                            ("incast_", incast_commands, "incast_commands.txt")):
+                if f.startswith(prefix):
+                    expect(r.get("schema") == "mrsim.cluster.v1",
+                           "%s is an mrsim cluster result" % f)
+                    expect(f[:-5] + ": mrsim " in listed,
+                           "%s has the command of %s" % (listing, f))
+                    break
+            else:
+                prefix = None
+            if prefix:
                 continue
             expect(r.get("schema") == "mrsim.result.v1", "%s is an mrsim result" % f)
             expect(f[:-5] + ": mrsim " in commands, "commands.txt has the command of %s" % f)
@@ -243,6 +252,8 @@ def main():
                        "%s has step_us" % f)
         expect(summary.get("scale") is not None and "## 5. At scale" in report,
                "section 5 (scale) is in the report and in summary.json")
+        expect(summary.get("incast") is not None and "## 6. Incast over time" in report,
+               "section 6 (incast) is in the report and in summary.json")
         for needed in ("step_metaroce_lossless.json", "step_metaroce_spine_loss_1.json",
                        "step_gbn_spine_loss_1.json", "step_reorder_spine_loss_1.json",
                        "step_metaroce_spine_loss_1_ordered.json", "tel_blackhole.json",
