@@ -254,6 +254,11 @@ const std::vector<KeySpec>& Keys() {
          return c.daemon.observed_event_depth == 0 ? std::string("auto")
                                                    : absl::StrCat(c.daemon.observed_event_depth);
        }},
+      {"daemon", "receive_budget_bytes", false, false,
+       [](absl::string_view v, Config& c) {
+         return SetUnsigned(v, 0, uint64_t{1} << 32, c.daemon.receive_budget_bytes);
+       },
+       [](const Config& c) { return absl::StrCat(c.daemon.receive_budget_bytes); }},
       {"limits", "max_connections", true, false,
        [](absl::string_view v, Config& c) {
          return SetUnsigned(v, 1, 1u << 20, c.limits.max_connections);

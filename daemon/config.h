@@ -58,6 +58,9 @@ struct DaemonSettings {
   // Path events each worker's observer ring holds between two path manager ticks
   // (api::ContextOptions::observed_event_depth); 0: `auto`, ObservedEventDepth() below.
   uint32_t observed_event_depth = 0;
+  // The host's receive budget (api::ContextOptions::receive_budget_bytes): bytes in flight
+  // toward this host its requesters share as window hints (docs/spec/congestion.md §5.2); 0: off.
+  uint64_t receive_budget_bytes = 1u << 20;
 };
 
 // [limits]: reloadable.

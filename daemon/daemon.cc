@@ -149,6 +149,7 @@ api::ContextOptions ContextOptionsFrom(const Config& config) {
   o.udp_port = d.udp_port;
   o.mtu = 0;  // the largest every plane's interface carries
   o.observed_event_depth = ObservedEventDepth(config);
+  o.receive_budget_bytes = d.receive_budget_bytes;
   return o;
 }
 

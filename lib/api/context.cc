@@ -103,6 +103,8 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   eo.idle = options.idle;
   eo.spins_before_sleep = options.spins_before_sleep;
   eo.observed_event_depth = options.observed_event_depth;
+  eo.receive_budget_bytes = options.receive_budget_bytes;
+  eo.mtu = options.mtu;
   eo.max_datagram_bytes = static_cast<uint32_t>(
       std::max<size_t>(options.mtu + wire::kDataHeadersSize, wire::kMaxHeadersSize) + 64);
   auto engine_factory = [&options, &addresses, &factory](int worker, int plane) {

@@ -100,6 +100,10 @@ struct ContextOptions {
   // (WorkerStats::observed_events_dropped): a host's operator side sizes it for the burst it
   // must not lose between two drains (metaroced: daemon/config.h, observed_event_depth).
   uint32_t observed_event_depth = 1024;
+  // The host's receive budget (docs/spec/congestion.md §5.2): bytes in flight toward this host
+  // that its requesters may have together, shared as window hints by the connections sending to
+  // it; split evenly among the engine's workers, each an endpoint of its own. 0: no hints.
+  uint64_t receive_budget_bytes = 1u << 20;
 };
 
 struct ConnectOptions {

@@ -46,6 +46,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     wo.tx_send_retries = options.tx_send_retries;
     wo.tx_backlog_limit = options.tx_backlog_limit;
     wo.observed_event_depth = options.observed_event_depth;
+    wo.receive_budget.budget_bytes =
+        options.receive_budget_bytes == 0
+            ? 0
+            : std::max<uint64_t>(1, options.receive_budget_bytes / static_cast<uint64_t>(n));
+    wo.receive_budget.mtu = options.mtu;
     // Inline: the application answers between two iterations; its answer goes before our ACK.
     wo.defer_receive_acks = inline_mode;
     absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Create(wo, std::move(ports));

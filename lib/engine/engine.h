@@ -107,6 +107,10 @@ struct EngineOptions {
   uint32_t event_depth = 256;
   // Each worker's observer ring (copies of observed connections' path events).
   uint32_t observed_event_depth = 1024;
+  // The host's receive budget, split evenly among the workers (each an Endpoint of its own:
+  // lib/core/receive_budget.h); 0: no hints. `mtu`: the connections' payload per packet.
+  uint64_t receive_budget_bytes = 1u << 20;
+  uint32_t mtu = 4096;
 };
 
 // A region of another process to register: its addresses there, its bytes mapped here.

@@ -101,7 +101,7 @@ Worker::Worker(const WorkerOptions& options, std::vector<std::unique_ptr<io::Pac
       ports_(std::move(ports)),
       wake_fd_(wake_fd),
       sink_(*this),
-      endpoint_(sink_),
+      endpoint_(sink_, options.receive_budget),
       backlog_(ports_.size()),
       unflushed_(ports_.size(), false),
       rx_(std::max<uint32_t>(options.rx_batch, 1)),

@@ -79,6 +79,8 @@ struct WorkerOptions {
   bool defer_receive_acks = false;
   // Capacity of the observer ring (copies of observed connections' path events; Engine).
   uint32_t observed_event_depth = 1024;
+  // This worker's share of the host's receive budget (its Endpoint's).
+  core::ReceiveBudgetConfig receive_budget;
 };
 
 // Whether a connection's path events are also copied to the worker's observer ring

@@ -496,6 +496,7 @@ cpus = 1
 log_format = json
 metrics_listen = 127.0.0.1:9469
 observed_event_depth = 2048
+receive_budget_bytes = 262144
 [limits]
 max_connections = 1
 max_paths = 1

@@ -78,5 +78,17 @@ TEST(ConfigToManagers, ContextObserverRingsFollowTheConfig) {
   EXPECT_EQ(ContextOptionsFrom(c).observed_event_depth, 3000u);
 }
 
+// The host's receive budget (docs/spec/congestion.md §5.2) is on by default and reaches the
+// Context as configured; 0 turns the hints off.
+TEST(ConfigToManagers, ContextReceiveBudgetFollowsTheConfig) {
+  Config c;
+  c.daemon.interfaces = {"pl0"};
+  EXPECT_EQ(ContextOptionsFrom(c).receive_budget_bytes, uint64_t{1} << 20);
+  c.daemon.receive_budget_bytes = 0;
+  EXPECT_EQ(ContextOptionsFrom(c).receive_budget_bytes, 0u);
+  c.daemon.receive_budget_bytes = 262144;
+  EXPECT_EQ(ContextOptionsFrom(c).receive_budget_bytes, 262144u);
+}
+
 }  // namespace
 }  // namespace metaroce::daemon
