@@ -197,6 +197,7 @@ std::string ResultToJson(const ScenarioResult& r) {
   w.BeginObject("path_events");
   w.Field("state_changes", r.path_state_changes);
   w.Field("port_rotations", r.port_rotations);
+  w.Field("paths_failed", r.paths_failed);
   WriteCountMap(w, "by_reason", r.path_events_by_reason);
   w.BeginArray("first");
   for (const RecordedPathEvent& re : r.first_path_events) {

@@ -792,6 +792,7 @@ void Simulation::CollectPathEvents(Host host, core::Connection& connection) {
         ++result_.port_rotations;
       } else {
         ++result_.path_state_changes;
+        if (e.to == core::PathState::kFailed) ++result_.paths_failed;
       }
       ++result_.path_events_by_reason[std::string(core::PathEventReasonName(e.reason))];
       if (result_.first_path_events.size() < config_.max_path_events) {

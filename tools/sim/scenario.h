@@ -242,6 +242,7 @@ struct ScenarioResult {
   uint64_t unknown_connection_datagrams = 0;
   uint64_t path_state_changes = 0;
   uint64_t port_rotations = 0;
+  uint64_t paths_failed = 0;  // state changes into Failed (any reason: failed, silence, ...)
   std::map<std::string, uint64_t> path_events_by_reason;
   std::vector<RecordedPathEvent> first_path_events;  // at most config.max_path_events
 
