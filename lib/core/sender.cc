@@ -574,14 +574,16 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   if (failed_) return;
   SenderPath& path = paths_[ack.path_id];
   ++conn_.counters_.acks_rcvd;
-  if (ack.ack.window_hint != path.window_hint) {
-    // congestion.md §5.1: the latest hint of an ACK or a NAK, on whichever path, is the share of
-    // every path of the connection: it replaces the set-up offer of paths that have had no ACK
-    // yet, and a path paced at one packet per many RTTs learns of a larger share without waiting
-    // for its own next ACK, which its small share would delay.
+  // congestion.md §5.1: the latest hint of an ACK or a NAK that passes the checks, on whichever
+  // path, is the share of every path of the connection: it replaces the set-up offer of paths
+  // that have had no ACK yet, and a path paced at one packet per many RTTs learns of a larger
+  // share without waiting for its own next ACK, which its small share would delay.
+  const auto take_hint = [&] {
+    if (ack.ack.window_hint == path.window_hint) return;
     for (SenderPath& p : paths_) p.window_hint = ack.ack.window_hint;
-  }
+  };
   if (ack.ack.syndrome != wire::Syndrome::kAck) {
+    take_hint();
     OnNak(now, path, ack);
     RetireAndReport();
     Pump(now);
@@ -603,6 +605,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   }
   const uint32_t cum = ack.ack.cum_psn;
   if (SeqLess(path.next_psn, cum)) return;  // acknowledges PSNs never sent: ignore
+  take_hint();
   const uint32_t inflight_before = path.inflight_bytes;
   AckTally t;
   for (uint32_t psn = path.snd_una; SeqLess(psn, cum); ++psn) AckPsn(now, path, psn, ack, t);

@@ -301,6 +301,11 @@ TEST(Sender_WindowHint, TheLatestHintOnAnyPathIsEveryPathsShare) {
   ack.ack.window_hint = 300;
   r.Feed(At(5 * kUs), ack);
   for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(r.conn.path_stats(p).window_hint_bytes, 300u);
+  // An ACK that fails the checks (it acknowledges PSNs never sent) says nothing, its hint either.
+  wire::Packet bogus = Requester::Ack(1, 100, 99);
+  bogus.ack.window_hint = 99'999;
+  r.Feed(At(5 * kUs), bogus);
+  for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(r.conn.path_stats(p).window_hint_bytes, 300u);
   // Path 0 is empty and its window is below one packet: no burst after the ACK, one packet when
   // its pacing allows.
   r.PostWrite(At(5 * kUs), 2, 4 * kMtu);
