@@ -183,9 +183,18 @@ bool Sender::WithinReorderWindow(uint64_t end) const {
 }
 
 uint32_t Sender::Window(const SenderPath& p) const {
-  // The receiver's fair-share hint caps the congestion window; below one packet it is a rate.
+  // congestion.md §1: a share of at least one packet per path caps the connection as a whole
+  // (PickPath), each path's cwnd its own; below one packet it is each path's rate.
   const uint32_t cwnd = p.congestion.cwnd();
-  return p.window_hint == 0 ? cwnd : std::min(cwnd, p.window_hint);
+  return p.window_hint == 0 || p.window_hint >= cfg_.mtu ? cwnd : std::min(cwnd, p.window_hint);
+}
+
+uint64_t Sender::ConnectionShare() const {
+  // The responder's share is per path on average: the connection may have the sum of its paths'
+  // in flight, spread as their windows allow (a slow path's cwnd leaves the rest to the fast).
+  const uint32_t hint = paths_.front().window_hint;
+  if (hint == 0 || hint < cfg_.mtu) return UINT64_MAX;
+  return uint64_t{hint} * cfg_.SprayPaths();
 }
 
 Duration Sender::PacingRtt(const SenderPath& path) const {
@@ -199,6 +208,16 @@ Duration Sender::PacingRtt(const SenderPath& path) const {
 SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued) {
   if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
     return nullptr;
+  }
+  // The responder's share counts the bytes in flight on Active paths only: a path gone Suspect
+  // may be dead, and its stranded bytes must not hold back the live paths, whose progress is
+  // what lets the dead one's expiries count toward its failure ([R5]).
+  if (const uint64_t share = ConnectionShare(); share != UINT64_MAX) {
+    uint64_t active = 0;
+    for (const SenderPath& p : paths_) {
+      if (p.state == PathState::kActive) active += p.inflight_bytes;
+    }
+    if (active > 0 && active + bytes > share) return nullptr;
   }
   const bool hedge = queued != nullptr && queued->hedge;
   const uint16_t n = cfg_.profile.spray == SprayPolicy::kSinglePath ? 1 : cfg_.path_count;
@@ -370,6 +389,7 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
     // after every ACK, and asking each time made the responder ACK every few packets.
     const bool last = e.ref.index + 1 == m->packets;
     const bool window_full = path.inflight_bytes + cfg_.mtu > Window(path) ||
+                             inflight_bytes_ + cfg_.mtu > ConnectionShare() ||
                              path.outstanding() >= wire::kSackBits;
     const bool ask_for_room = window_full && path.delivered_order >= path.ack_request_order;
     if (ask_for_room) path.ack_request_order = e.last_tx_order;

@@ -205,7 +205,10 @@ class Sender {
   // [R7] the connection's rotation token bucket: refills it up to `now`; the wait until a whole
   // token is there (0 when one is).
   Duration RotationTokenWait(Instant now);
+  // A path's sending window: its cwnd, or min(cwnd, window_hint) when the hint is below one packet
+  // (a rate, PickPath). A hint of one packet or more caps the connection: ConnectionShare().
   uint32_t Window(const SenderPath& path) const;
+  uint64_t ConnectionShare() const;  // window_hint x paths, or no limit
   void SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason);
   void ArmPto(Instant now, SenderPath& path);
   void CheckDegraded(Instant now, SenderPath& path);

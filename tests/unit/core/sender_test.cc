@@ -288,6 +288,29 @@ TEST(Sender_Pacing, AWindowBelowOnePacketIsARate) {
   EXPECT_LE(sent_us.back() - sent_us[1], 10 * static_cast<int64_t>(sent_us.size() - 2) + 10);
 }
 
+TEST(Sender_WindowHint, AShareOfPacketsCapsTheConnectionNotEachPath) {
+  // congestion.md §1: a hint of 2.5 packets per path lets the connection have 10 packets in
+  // flight over its 4 paths, spread as their windows allow (a per-path cap would allow 8).
+  ConnectionConfig c = RequesterConfig(4);
+  c.initial_window_bytes = 32 * kMtu;  // cwnd 8 packets per path
+  c.initial_window_hint_bytes = 10 * kMtu;
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
+  EXPECT_THAT(r.Log(), SizeIs(10));
+  uint32_t inflight = 0, most = 0;
+  for (uint16_t p = 0; p < 4; ++p) {
+    inflight += r.conn.path_stats(p).inflight_bytes;
+    most = std::max(most, r.conn.path_stats(p).inflight_bytes);
+  }
+  EXPECT_EQ(inflight, 10 * kMtu);
+  EXPECT_EQ(most, 3 * kMtu);
+  // Two packets acknowledged on path 0, with the same share: two more go.
+  wire::Packet ack = Requester::Ack(0, 2, 1);
+  ack.ack.window_hint = 10 * kMtu / 4;
+  r.Feed(At(5 * kUs), ack);
+  EXPECT_THAT(r.Log(), SizeIs(2));
+}
+
 TEST(Sender_WindowHint, TheLatestHintOnAnyPathIsEveryPathsShare) {
   // congestion.md §5: the responder's share reaches every path with the first ACK of any, and a
   // path's window is min(cwnd, hint) down to below one packet.
