@@ -21,12 +21,15 @@
 //   current and the previous epoch's: a connection stays counted for at least one whole epoch
 //   after its last packet, and the count never drops to nothing at an epoch's start.
 // - An epoch is clocked by the bytes received: it ends once the host has received
-//   max(budget, 2 x mtu x connections counted) bytes in it, or after `active_window` at most.
-//   A connection still sending at its share sends at least one packet in that many bytes (when
-//   everyone is paced below one packet per RTT, N connections send one packet each per N mtu
-//   received), so it is never taken for idle between its packets, and one that stopped stops
-//   counting within two such epochs: a few RTTs of traffic, not a fixed time that must cover the
-//   slowest share of the largest incast.
+//   max(budget, 2 x mtu x connections registered) bytes in it (not the connections counted: a
+//   falling count would shorten the epochs and miss more of the paced connections), or after
+//   twice the previous epoch's duration (when most connections stop, those still sending are not
+//   held to the shares of those gone), or after `active_window` at most. A connection still
+//   sending at its share sends at least one packet in that many bytes (when everyone is paced
+//   below one packet per RTT, N connections send one packet each per N mtu received), so it is
+//   not taken for idle between its packets, and one that stopped stops counting within two such
+//   epochs. Known limit: at thousands of connections the `active_window` cap (1 ms) is shorter
+//   than a paced connection's packet interval (docs/incast-evaluation.md).
 //
 // Sans-I/O, single-threaded, deterministic.
 #pragma once
