@@ -36,47 +36,30 @@ ReceiveBudget::SetupGroup* ReceiveBudget::GroupOf(const ActivityMark& mark) {
 }
 
 void ReceiveBudget::Roll(Instant now) {
-  const uint64_t conns = connections_;
-  const uint64_t epoch_bytes =
-      std::max<uint64_t>(config_.budget_bytes, kEpochPacketsPerConnection * uint64_t{config_.mtu} * conns);
+  const Duration elapsed = now - epoch_start_;
+  const uint64_t epoch_bytes = std::max<uint64_t>(
+      config_.budget_bytes, kEpochPacketsPerConnection * uint64_t{config_.mtu} * connections_);
   // An epoch also ends after twice the previous one's duration: when most connections stop, the
   // bytes slow down with them, and those still sending must not wait for the full byte count
   // (their shares kept small by the connections gone) before the count notices.
-  const Duration limit =
-      previous_length_ > Duration(0) ? std::min(config_.active_window, 2 * previous_length_)
-                                     : config_.active_window;
-  if (now - epoch_start_ >= limit && now - epoch_start_ < config_.active_window) {
-    previous_ = current_;
-    previous_conns_ = current_conns_;
-    current_ = current_conns_ = 0;
+  const Duration limit = previous_length_ > Duration(0)
+                             ? std::min(config_.active_window, 2 * previous_length_)
+                             : config_.active_window;
+  if (elapsed >= limit || epoch_bytes_ >= epoch_bytes) {
+    // An epoch ended by active_window does not set the pace of the next; a whole epoch of
+    // silence forgets the previous one too.
+    const bool capped = elapsed >= config_.active_window;
+    previous_ = elapsed >= 2 * config_.active_window ? 0 : current_;
+    current_ = 0;
     ++epoch_;
-    previous_length_ = now - epoch_start_;
-    epoch_start_ = now;
-    epoch_bytes_ = 0;
-  } else if (now - epoch_start_ >= config_.active_window) {
-    // A whole epoch of silence forgets the previous one too.
-    const bool silent = now - epoch_start_ >= 2 * config_.active_window;
-    previous_ = silent ? 0 : current_;
-    previous_conns_ = silent ? 0 : current_conns_;
-    current_ = current_conns_ = 0;
-    ++epoch_;
-    previous_length_ = Duration(0);
-    epoch_start_ = now;
-    epoch_bytes_ = 0;
-  } else if (epoch_bytes_ >= epoch_bytes) {
-    previous_ = current_;
-    previous_conns_ = current_conns_;
-    current_ = current_conns_ = 0;
-    ++epoch_;
-    previous_length_ = now - epoch_start_;
+    previous_length_ = capped ? Duration(0) : elapsed;
     epoch_start_ = now;
     epoch_bytes_ = 0;
   }
-  for (SetupGroup& g : groups_) {
-    if (!g.stamped) {
-      g.stamped = true;
-      g.stamped_at = now;
-    }
+  // Connections set up since the previous event form the newest group, unstamped until now.
+  if (!groups_.empty() && !groups_.back().stamped) {
+    groups_.back().stamped = true;
+    groups_.back().stamped_at = now;
   }
   // A group counts for one active_window after its first event.
   while (!groups_.empty() && groups_.front().stamped &&
@@ -96,7 +79,6 @@ void ReceiveBudget::OnData(Instant now, ActivityMark& mark, uint32_t bytes) {
   if (mark.epoch != epoch_ + 1) {
     mark.epoch = epoch_ + 1;
     current_ += mark.pairs;
-    ++current_conns_;
   }
 }
 

@@ -110,7 +110,6 @@ class ReceiveBudget {
   Duration previous_length_{0};          // of the previous epoch, if it ended by its bytes
   uint64_t epoch_bytes_ = 0;             // received in the current epoch
   uint64_t current_ = 0, previous_ = 0;  // pairs active in the current and the previous epoch
-  uint64_t current_conns_ = 0, previous_conns_ = 0;  // ... connections
   std::deque<SetupGroup> groups_;        // oldest first; at most three live
   uint64_t next_serial_ = 1;
   uint64_t expired_below_ = 0;           // serials up to this one belong to expired groups

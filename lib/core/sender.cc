@@ -220,7 +220,7 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued)
     if (active > 0 && active + bytes > share) return nullptr;
   }
   const bool hedge = queued != nullptr && queued->hedge;
-  const uint16_t n = cfg_.profile.spray == SprayPolicy::kSinglePath ? 1 : cfg_.path_count;
+  const uint16_t n = cfg_.SprayPaths();
   // A hedge tries its own plane first: progress there is what lets the overtaken path's
   // expiries count [R5a], and it leaves the other planes' share of the load alone.
   for (int pass = hedge ? 0 : 1; pass < 2; ++pass) {

@@ -330,9 +330,16 @@ TEST(Sender_WindowHint, TheLatestHintOnAnyPathIsEveryPathsShare) {
   r.Feed(At(5 * kUs), bogus);
   for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(r.conn.path_stats(p).window_hint_bytes, 300u);
   // Path 0 is empty and its window is below one packet: no burst after the ACK, one packet when
-  // its pacing allows.
+  // its pacing allows, which is later (a timer), and then no more until it is acknowledged.
   r.PostWrite(At(5 * kUs), 2, 4 * kMtu);
   EXPECT_THAT(r.Log(), ::testing::IsEmpty());
+  const Instant due = r.conn.NextDeadline();
+  ASSERT_GT(due, At(5 * kUs));
+  r.conn.OnTimer(due);
+  EXPECT_THAT(r.Log(), ElementsAre(StartsWith("path 0 WRITE psn 1 msg 1 off 0 ")));
+  // The next timer is the tail-loss probes of paths 1-3 (message 0): no new data of message 1.
+  r.conn.OnTimer(r.conn.NextDeadline());
+  EXPECT_THAT(r.Log(), ::testing::Each(::testing::Not(::testing::HasSubstr(" msg 1 "))));
 }
 
 ConnectionConfig ManySmallPackets() {
