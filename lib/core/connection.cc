@@ -97,6 +97,12 @@ void Connection::OnTimer(Instant now) {
   sender_->OnTimer(now);
 }
 
+void Connection::SendPull(Instant now, uint16_t path_id) {
+  EntryScope scope(*this);
+  if (state_ == State::kError || path_id >= config_.path_count) return;
+  receiver_->SendPull(now, path_id);
+}
+
 void Connection::Fail(Instant now, WcStatus status, std::optional<uint32_t> culprit) {
   if (state_ == State::kError) return;
   state_ = State::kError;

@@ -88,6 +88,9 @@ struct ConnectionCounters {
   uint64_t access_naks_sent = 0;
   uint64_t acks_sent = 0;
   uint64_t acks_rcvd = 0;
+  uint64_t pulls_sent = 0;    // responder: ACKs that carried a pull (congestion.md §6)
+  uint64_t pulls_rcvd = 0;    // requester: pulls received
+  uint64_t pulled_pkts = 0;   // requester: new data packets sent on a pull
   uint64_t probes_sent = 0;
   uint64_t retry_exceeded_err = 0;
   uint64_t messages_completed = 0;   // requester: send work requests completed successfully
@@ -133,6 +136,9 @@ class Connection {
   // For the owner's timer heap (DeadlineHeap) only.
   HeapSlot& deadline_slot() { return deadline_slot_; }
 
+  // Responder side, for the Endpoint: sends a pull the host's pull pacer released for this
+  // connection, on `path_id` (an ACK with flags::kPull, congestion.md §6).
+  void SendPull(Instant now, uint16_t path_id);
   // Operator request: rotate a path's source port now (subject to the hold-down), then probe it.
   absl::Status RequestRotation(Instant now, uint16_t path_id);
   // The owner gives up on the connection (its peer is known to be gone, or it is being torn

@@ -17,7 +17,7 @@ struct ConnectionCounterField {
   std::string_view meaning;  // one sentence, as exported (Prometheus HELP)
 };
 
-inline constexpr std::array<ConnectionCounterField, 23> kConnectionCounterFields = {{
+inline constexpr std::array<ConnectionCounterField, 26> kConnectionCounterFields = {{
     {"sent_pkts", &ConnectionCounters::sent_pkts, "Data packets sent, retransmissions included."},
     {"rcvd_pkts", &ConnectionCounters::rcvd_pkts, "Data packets accepted."},
     {"retransmits", &ConnectionCounters::retransmits,
@@ -48,6 +48,11 @@ inline constexpr std::array<ConnectionCounterField, 23> kConnectionCounterFields
     {"access_naks_sent", &ConnectionCounters::access_naks_sent, "Remote access error NAKs sent."},
     {"acks_sent", &ConnectionCounters::acks_sent, "ACKs sent."},
     {"acks_rcvd", &ConnectionCounters::acks_rcvd, "ACKs received."},
+    {"pulls_sent", &ConnectionCounters::pulls_sent,
+     "Responder: pulls sent to requesters paced below one packet (in ACKs)."},
+    {"pulls_rcvd", &ConnectionCounters::pulls_rcvd, "Requester: pulls received."},
+    {"pulled_pkts", &ConnectionCounters::pulled_pkts,
+     "Requester: new data packets sent on a pull."},
     {"probes_sent", &ConnectionCounters::probes_sent, "PROBE packets sent."},
     {"retry_exceeded_err", &ConnectionCounters::retry_exceeded_err,
      "Work requests failed with RETRY_EXC_ERR."},

@@ -11,6 +11,7 @@
 // ordered-map lookup, O(log n).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -56,11 +57,13 @@ class Endpoint : private ConnectionObserver {
   // Parses and dispatches one received UDP payload. Malformed or unroutable datagrams are dropped
   // and counted; nothing in them is trusted.
   void OnDatagram(Instant now, std::span<const std::byte> datagram, const RxMeta& meta);
-  // Runs the timers of every connection whose deadline is at or before `now`, in order of
-  // (deadline, id).
+  // Releases the pulls due at `now` (receive_budget.h, pull_pacer.h), then runs the timers of
+  // every connection whose deadline is at or before `now`, in order of (deadline, id).
   void OnTimer(Instant now);
-  // Earliest deadline over all connections, or kNever. O(1).
-  Instant NextDeadline() const { return timers_.top_deadline(); }
+  // Earliest deadline over all connections and the pull pacer, or kNever. O(1).
+  Instant NextDeadline() const {
+    return std::min(timers_.top_deadline(), budget_.pacer().NextRelease());
+  }
   // Appends to `out` the connections that announced completions or path events since the last
   // call (each once), and takes their announcements: an owner polls these. A connection polled
   // and left with output is listed again; one taken and not polled is not, until new output.

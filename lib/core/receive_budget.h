@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <deque>
 
+#include "lib/core/pull_pacer.h"
 #include "lib/core/types.h"
 
 namespace metaroce::core {
@@ -48,6 +49,9 @@ struct ReceiveBudgetConfig {
   uint64_t budget_bytes = 1u << 20;
   Duration active_window = std::chrono::milliseconds(1);  // longest epoch
   uint32_t mtu = 4096;                                    // for the epoch's length in bytes
+  // The pull pacer of requesters paced below one packet per path (pull_pacer.h); off unless
+  // its rate is set: the host's receive rate is its owner's to know.
+  PullPacerConfig pull;
 };
 
 // A connection's registration, kept by its responder half.
@@ -60,7 +64,8 @@ struct ActivityMark {
 
 class ReceiveBudget {
  public:
-  explicit ReceiveBudget(const ReceiveBudgetConfig& config = {}) : config_(config) {}
+  explicit ReceiveBudget(const ReceiveBudgetConfig& config = {})
+      : config_(config), pacer_(config.pull) {}
 
   const ReceiveBudgetConfig& config() const { return config_; }
   bool enabled() const { return config_.budget_bytes > 0; }
@@ -89,6 +94,11 @@ class ReceiveBudget {
     return std::max<uint64_t>(1, config_.budget_bytes / (connections_ + std::max<uint64_t>(1, arriving)));
   }
 
+  // The host's pull pacer (congestion.md §6): the receivers of its connections report their
+  // arrivals to it; the Endpoint releases the pulls that wait.
+  PullPacer& pacer() { return pacer_; }
+  const PullPacer& pacer() const { return pacer_; }
+
   // Pairs counted now (as of the latest event): active and pending.
   uint64_t counted_pairs() const;
   uint64_t connections() const { return connections_; }
@@ -105,6 +115,7 @@ class ReceiveBudget {
   SetupGroup* GroupOf(const ActivityMark& mark);
 
   ReceiveBudgetConfig config_;
+  PullPacer pacer_;
   uint64_t epoch_ = 0;                   // epochs begun (the first is 0)
   Instant epoch_start_{0};
   Duration previous_length_{0};          // of the previous epoch, if it ended by its bytes

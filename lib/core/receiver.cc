@@ -145,9 +145,25 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   ReceiverPath& path = paths_[p.path_id];
   path.peer_port = meta.src_port;
   if (meta.ce) ++path.ce_count;
+  // congestion.md §6: the pacer sees every arrival, accepted or not (each took the link); a
+  // pull it grants at once goes with this packet's ACK, sent now whatever the ACK policy.
   if (conn_.budget_ != nullptr) {
     conn_.budget_->OnData(now, conn_.activity_, static_cast<uint32_t>(p.payload.size()));  // cc §5
+    pull_owed_ = conn_.budget_->pacer().OnArrival(
+        now, cfg_.local_conn_id, p.path_id,
+        static_cast<uint32_t>(wire::kDataHeadersSize + p.payload.size()),
+        (p.flags & wire::flags::kPulled) != 0, (p.flags & wire::flags::kWantsPull) != 0);
   }
+  // The first ACK this packet causes carries the pull; whatever becomes of the packet, the pull
+  // leaves with this call.
+  struct PayPull {
+    Receiver& r;
+    Instant now;
+    const wire::Packet& p;
+    ~PayPull() {
+      if (r.pull_owed_) r.SendAck(now, p.path_id, p.psn, 0);
+    }
+  } pay_pull{*this, now, p};
   // [R9] classify the PSN against the path's window.
   const int32_t d = SeqDistance(path.cum_psn, p.psn);
   if (d < 0 || (d > 0 && static_cast<uint32_t>(d) <= wire::kSackBits &&
@@ -303,7 +319,7 @@ void Receiver::AfterAccept(Instant now, uint16_t path_id, const wire::Packet& p,
   // packets. Packets arriving above a gap already reported are coalesced like in-order ones:
   // the requester learnt of the gap from the first ACK, and acking each of them (one ACK per
   // packet for a whole RTT after every loss) cost the peer more CPU than the loss itself.
-  if (!follows_top || (p.flags & wire::flags::kAckRequest) ||
+  if (!follows_top || (p.flags & wire::flags::kAckRequest) || pull_owed_ ||
       ++path.unacked_in_order >= cfg_.ack_every) {
     SendAck(now, path_id, p.psn, 0);
   } else if (path.ack_deadline == kNever) {
@@ -324,7 +340,9 @@ void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint
   ReceiverPath& path = paths_[path_id];
   wire::Packet a;
   a.opcode = wire::Opcode::kAck;
-  a.flags = flags;
+  a.flags = flags | (pull_owed_ ? wire::flags::kPull : 0);
+  pull_owed_ = false;
+  if (a.flags & wire::flags::kPull) ++conn_.counters_.pulls_sent;
   a.dest_conn = cfg_.remote_conn_id;
   a.path_id = path_id;
   a.token = cfg_.tx_token;
@@ -355,6 +373,11 @@ void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint
   ++conn_.counters_.acks_sent;
   path.unacked_in_order = 0;
   path.ack_deadline = kNever;
+}
+
+void Receiver::SendPull(Instant now, uint16_t path_id) {
+  if (failed_) return;
+  SendAck(now, path_id, paths_[path_id].last_psn, wire::flags::kPull | wire::flags::kDelayedAck);
 }
 
 void Receiver::OnTimer(Instant now) {

@@ -72,6 +72,9 @@ class Receiver {
   void OnProbe(Instant now, const wire::Packet& p, const RxMeta& meta);
   void OnTimer(Instant now);
   Instant NextDeadline() const;
+  // A pull the host's pacer released (congestion.md §6): an ACK of the path's state with
+  // flags::kPull | kDelayedAck (it was deferred: no RTT sample).
+  void SendPull(Instant now, uint16_t path_id);
   // Completes every posted receive with WR_FLUSH_ERR and stops accepting data.
   void Flush();
 
@@ -111,6 +114,8 @@ class Receiver {
   };
   std::map<std::pair<uint32_t, uint32_t>, Buffered> reorder_;
   uint64_t reorder_bytes_ = 0;
+  // The pacer granted the packet being processed a pull at once: its first ACK carries it.
+  bool pull_owed_ = false;
   uint32_t deliver_msg_ = 0;     // next (msg_seq, offset) to place in order
   uint32_t deliver_offset_ = 0;
 };

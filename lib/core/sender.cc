@@ -197,6 +197,40 @@ uint64_t Sender::ConnectionShare() const {
   return uint64_t{hint} * cfg_.SprayPaths();
 }
 
+bool Sender::Paced() const {
+  const uint32_t hint = paths_.front().window_hint;
+  return hint != 0 && hint < cfg_.mtu;
+}
+
+bool Sender::MoreToSend() const {
+  if (!reroute_.empty()) return true;
+  const OutboundMessage* m = Find(segment_seq_);
+  if (m != nullptr && !m->done && m->next_to_send < m->packets) return true;
+  return SeqLess(segment_seq_ + 1, next_msg_seq_);  // a later message, never sent yet
+}
+
+uint32_t Sender::PullWindow() const {
+  const uint64_t share = uint64_t{paths_.front().window_hint} * cfg_.SprayPaths();
+  return static_cast<uint32_t>(std::max<uint64_t>(1, (share + cfg_.mtu - 1) / cfg_.mtu));
+}
+
+bool Sender::UnsolicitedAllowed(Instant now) {
+  if (pulls_owed_ < PullWindow()) return true;
+  if (inflight_bytes_ > 0) return false;  // its ACK, or its loss, comes first
+  const uint64_t share = uint64_t{paths_.front().window_hint} * cfg_.SprayPaths();
+  const Duration rtt = PacingRtt(paths_.front());
+  const Duration interval = std::min(
+      RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(rtt.count()) * cfg_.mtu /
+                                                   static_cast<double>(std::max<uint64_t>(share, 1)))));
+  const Instant at = last_new_at_ + std::max(2 * interval, 4 * rtt);
+  if (at <= now) {
+    pulls_owed_ = 0;
+    return true;
+  }
+  pace_wakeup_ = std::min(pace_wakeup_, at);
+  return false;
+}
+
 Duration Sender::PacingRtt(const SenderPath& path) const {
   // A paced path sends a packet every several RTTs: its own samples are rare and old, and its
   // smoothed RTT older still. The connection's latest sample, on any path, tells the queue now:
@@ -205,7 +239,7 @@ Duration Sender::PacingRtt(const SenderPath& path) const {
   return latest_rtt_ == Duration(0) ? path.rtt.srtt() : latest_rtt_;  // none yet: initial_rtt
 }
 
-SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued) {
+SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked) {
   if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
     return nullptr;
   }
@@ -234,7 +268,7 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued)
       }
       const uint32_t window = Window(p);
       if (p.inflight_bytes > 0 && p.inflight_bytes + bytes > window) continue;
-      if (p.inflight_bytes == 0 && bytes > window) {
+      if (p.inflight_bytes == 0 && bytes > window && !clocked) {
         // congestion.md §1: a window below one packet sends one packet per R * bytes / window
         // (R: PacingRtt; at most one recovery cap apart: the connection's own timers must not
         // take a paced path for a silent one). The paths' first packets are staggered evenly
@@ -286,6 +320,9 @@ void Sender::Pump(Instant now) {
   PacketRef ref;
   const Reroute* queued = nullptr;
   pace_wakeup_ = kNever;
+  // Pulls left over when nothing waits are given up: the pacer's slot for each is gone, and
+  // the next burst's first packet goes unsolicited, counted as such.
+  if (pull_credits_ > 0 && !MoreToSend()) pull_credits_ = 0;
   while (!failed_ && NextPacket(now, &ref, &queued)) {
     OutboundMessage* m = Find(ref.msg_seq);
     const uint32_t bytes = PacketBytes(*m, ref.index);
@@ -293,8 +330,21 @@ void Sender::Pump(Instant now) {
         !WithinReorderWindow(m->stream_offset + uint64_t{ref.index} * cfg_.mtu + bytes)) {
       return;
     }
-    SenderPath* path = PickPath(now, bytes, queued);
+    // congestion.md §6: a clocked connection's new data goes on pulls (a reroute is recovery:
+    // it goes unsolicited, and the responder's pacer counts it so).
+    const bool clocked = Clocked();
+    bool on_pull = false;
+    if (clocked && queued == nullptr) {
+      on_pull = pull_credits_ > 0;
+      if (!on_pull && !UnsolicitedAllowed(now)) return;
+    }
+    SenderPath* path = PickPath(now, bytes, queued, clocked);
     if (path == nullptr) return;
+    if (on_pull) {
+      --pull_credits_;
+      sending_on_pull_ = true;
+    }
+    if (queued == nullptr) last_new_at_ = now;
     if (queued != nullptr) {
       const Reroute moved = *queued;
       reroute_.pop_front();
@@ -396,6 +446,17 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
     if (last || ask_for_room || retransmission) p.flags |= wire::flags::kAckRequest;
   }
   if (retransmission) p.flags |= wire::flags::kRetransmit;
+  // congestion.md §6: a paced connection asks the responder to pull it while it has more to
+  // send, and says which packets went on a pull.
+  if (!filler && Paced() && MoreToSend()) {
+    p.flags |= wire::flags::kWantsPull;
+    if (!retransmission) ++pulls_owed_;  // a retransmission's pull replaces its original's
+  }
+  if (sending_on_pull_) {
+    p.flags |= wire::flags::kPulled;
+    sending_on_pull_ = false;
+    ++conn_.counters_.pulled_pkts;
+  }
   p.payload = payload;
 
   std::array<std::byte, wire::kMaxHeadersSize> headers;
@@ -601,9 +662,19 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   const auto take_hint = [&] {
     if (ack.ack.window_hint == path.window_hint) return;
     for (SenderPath& p : paths_) p.window_hint = ack.ack.window_hint;
+    if (!Paced()) pull_seen_ = false, pull_credits_ = pulls_owed_ = 0;  // §6: paced shares only
+  };
+  const auto take_pull = [&] {
+    if (!(ack.flags & wire::flags::kPull)) return;
+    ++conn_.counters_.pulls_rcvd;
+    if (!Paced()) return;
+    pull_seen_ = true;
+    ++pull_credits_;
+    pulls_owed_ -= pulls_owed_ > 0;
   };
   if (ack.ack.syndrome != wire::Syndrome::kAck) {
     take_hint();
+    take_pull();
     OnNak(now, path, ack);
     RetireAndReport();
     Pump(now);
@@ -626,6 +697,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   const uint32_t cum = ack.ack.cum_psn;
   if (SeqLess(path.next_psn, cum)) return;  // acknowledges PSNs never sent: ignore
   take_hint();
+  take_pull();
   const uint32_t inflight_before = path.inflight_bytes;
   AckTally t;
   for (uint32_t psn = path.snd_una; SeqLess(psn, cum); ++psn) AckPsn(now, path, psn, ack, t);

@@ -156,7 +156,22 @@ class Sender {
   // path and prefers its plane.
   // A path whose window is below one packet is paced (congestion.md §1): it is picked when its
   // time has come, and otherwise sets pace_wakeup_.
-  SenderPath* PickPath(Instant now, uint32_t bytes, const Reroute* queued);
+  // A connection the responder pulls (`clocked`: Clocked()) sends on pulls, not at a rate: any
+  // idle usable path takes its packet.
+  SenderPath* PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked);
+  // congestion.md §6: the share is below one packet per path (the connection is paced).
+  bool Paced() const;
+  // ... and the responder pulls it: new data waits for pulls.
+  bool Clocked() const { return pull_seen_ && Paced(); }
+  // A clocked connection without a pull may send a new packet unsolicited while fewer than its
+  // share in packets (PullWindow) of pulls are owed to it: that many pulls circulate between
+  // it and the responder. When they are all owed, nothing is in flight and the wait has been
+  // long (twice the share's interval, and four RTTs: a pull or the packet that asked for it was
+  // lost), it forgives them. Otherwise sets pace_wakeup_.
+  bool UnsolicitedAllowed(Instant now);
+  uint32_t PullWindow() const;  // the share in packets, rounded up, at least 1
+  // Data waits to be sent after the packet being sent (flags::kWantsPull).
+  bool MoreToSend() const;
   // The RTT a paced path's interval is computed from: its srtt or the connection's latest
   // sample, whichever is larger.
   Duration PacingRtt(const SenderPath& path) const;
@@ -230,6 +245,13 @@ class Sender {
   uint64_t rng_state_;
   double pace_phase_;                     // in [0, 1): where the paths' paced packets start
   Instant pace_wakeup_ = kNever;          // earliest paced path that new data waits for
+  // congestion.md §6: pulls seen while paced (the responder clocks this connection), pulls not
+  // used yet, the latest new data packet, and whether the packet being sent uses a pull.
+  bool pull_seen_ = false;
+  uint32_t pull_credits_ = 0;
+  uint32_t pulls_owed_ = 0;  // new packets sent asking for a pull, not yet answered by one
+  Instant last_new_at_{INT64_MIN / 2};
+  bool sending_on_pull_ = false;
   Duration latest_rtt_{0};                // latest RTT sample of any path
   Instant last_congestion_signal_{INT64_MIN / 2};  // latest CE mark or RTT above target, any path
   double rotation_tokens_ = 0;            // [R7] rate limit; full at the first rotation

@@ -66,10 +66,17 @@ inline constexpr uint16_t kRetransmit = 1u << 1;   // data: this is a retransmis
 // data: fills a PSN whose data was already acknowledged through another path. No payload; the
 // responder records the PSN and places nothing (docs/spec/paths-and-recovery.md).
 inline constexpr uint16_t kFiller = 1u << 2;
+// data: the requester has more data waiting for this connection: a responder that pulls
+// answers the packet with one pull (kPull) when its pacer allows (docs/spec/congestion.md §6).
+inline constexpr uint16_t kWantsPull = 1u << 3;
 inline constexpr uint16_t kDelayedAck = 1u << 4;   // ACK: sent by the delayed-ACK timer (no RTT)
 inline constexpr uint16_t kProbeReply = 1u << 5;   // ACK: answers the PROBE whose PSN is ack_psn
-inline constexpr uint16_t kKnownMask =
-    kAckRequest | kRetransmit | kFiller | kDelayedAck | kProbeReply;
+// data: sent on a pull: the responder's pacer counted it when it pulled (congestion.md §6).
+inline constexpr uint16_t kPulled = 1u << 6;
+// ACK: a pull: the requester may send one more new data packet on this connection (§6).
+inline constexpr uint16_t kPull = 1u << 7;
+inline constexpr uint16_t kKnownMask = kAckRequest | kRetransmit | kFiller | kWantsPull |
+                                       kDelayedAck | kProbeReply | kPulled | kPull;
 }  // namespace flags
 
 // AckHeader.syndrome: ACK, or the reason a packet was refused (NAK).

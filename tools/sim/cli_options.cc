@@ -222,6 +222,12 @@ const std::vector<FlagSpec>& Flags() {
          out.config.receive_budget_bytes = *n * 1024;
          return absl::OkStatus();
        }},
+      {"pull-rate-gbps", "GBPS",
+       "each host's pull pacer rate: requesters paced below one packet per path send on the "
+       "responder's pulls, released at this rate (default: the host's receive rate, all paths "
+       "together; 0: no pulls)",
+       RealSetter("pull-rate-gbps",
+                  [](double x, CommandLine& out) { out.config.pull_rate_gbps = x; })},
       {"ecn-kb", "KIB", "CE-mark when the queue exceeds this (default 64)",
        [](absl::string_view v, CommandLine& out) -> absl::Status {
          absl::StatusOr<uint64_t> n = ParseSize("ecn-kb", v);
@@ -477,6 +483,12 @@ const std::vector<FlagSpec>& ClusterFlags() {
        "a spine; 0: no hints)",
        ClusterUnsigned("receive-budget-kb", uint64_t{1} << 32,
                        [](uint64_t n, ClusterConfig& c) { c.receive_budget_bytes = n * 1024; })},
+      {"pull-rate-gbps", "GBPS",
+       "every host's pull pacer rate: requesters paced below one packet per path send on the "
+       "responder's pulls, released at this rate (default: the host's links of every plane "
+       "together; 0: no pulls)",
+       ClusterReal("pull-rate-gbps",
+                   [](double x, ClusterConfig& c) { c.pull_rate_gbps = x; })},
       {"seed", "S", "seed of every random choice (default 1)",
        ClusterUnsigned("seed", UINT64_MAX, [](uint64_t n, ClusterConfig& c) { c.seed = n; })},
       {"duration-cap-ms", "MS", "stop after this much simulated time (default 10000)",

@@ -238,10 +238,7 @@ absl::Status Cluster::Setup() {
   for (uint32_t h = 0; h < H; ++h) {
     Host& host = hosts_[h];
     host.sink = std::make_unique<HostSink>(*this, h);
-    core::ReceiveBudgetConfig budget;
-    budget.budget_bytes = config_.ReceiveBudgetBytes();
-    budget.mtu = config_.mtu;
-    host.endpoint = std::make_unique<core::Endpoint>(*host.sink, budget);
+    host.endpoint = std::make_unique<core::Endpoint>(*host.sink, config_.HostBudget());
     auto pattern_mr = host.endpoint->memory().Register(pattern_.data(), pattern_.size(), 0);
     if (!pattern_mr.ok()) return pattern_mr.status();
     auto scratch_mr = host.endpoint->memory().Register(
@@ -857,6 +854,20 @@ absl::StatusOr<Workload> ParseWorkload(std::string_view name) {
       "unknown workload '", std::string(name), "' (pair, permutation, incast, alltoall, allreduce-ring)"));
 }
 
+double ClusterConfig::PullRateGbps() const {
+  return pull_rate_gbps.value_or(fabric.planes * fabric.host_gbps);
+}
+
+core::ReceiveBudgetConfig ClusterConfig::HostBudget() const {
+  core::ReceiveBudgetConfig b;
+  b.budget_bytes = ReceiveBudgetBytes();
+  b.mtu = mtu;
+  b.pull.rate_gbps = PullRateGbps();
+  b.pull.pulled_packet_wire_bytes = mtu + wire::kDataHeadersSize + kWireOverheadBytes;
+  b.pull.wire_overhead_bytes = kWireOverheadBytes;
+  return b;
+}
+
 uint64_t ClusterConfig::ReceiveBudgetBytes() const {
   if (receive_budget_bytes) return *receive_budget_bytes;
   // A route through a spine: 4 hops each way, a packet's serialization at each of the 4 hops out.
@@ -871,6 +882,7 @@ absl::Status ClusterConfig::Validate() const {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   if (fabric.hosts < 2) return bad("--hosts must be >= 2");
   if (paths < 1 || paths > 256) return bad("--paths must be in 1..256");
+  if (pull_rate_gbps && !(*pull_rate_gbps >= 0)) return bad("--pull-rate-gbps must be >= 0");
   if (connections_per_pair < 1) return bad("--conns-per-pair must be >= 1");
   if (mtu < 64 || mtu > 65000) return bad("--mtu must be in 64..65000");
   if (message_bytes < 1 || message_bytes > (uint64_t{1} << 30)) {
@@ -954,6 +966,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   if (c.workload == Workload::kIncast) w.Field("incast_degree", c.incast_degree);
   w.Field("background_incast", c.background_incast);
   w.Field("receive_budget_bytes", c.ReceiveBudgetBytes());
+  w.Field("pull_rate_gbps", c.PullRateGbps());
   w.Field("seed", c.seed);
   w.EndObject();
   w.Field("stop_reason", r.stop_reason);

@@ -105,6 +105,9 @@ struct ClusterConfig {
   // Every host's receive budget (lib/core/receive_budget.h); unset: the host's bandwidth-delay
   // product, its links of every plane x the RTT of a route through a spine. 0: no hints.
   std::optional<uint64_t> receive_budget_bytes;
+  // Every host's pull pacer rate (lib/core/pull_pacer.h); unset: the host's receive rate, its
+  // links of every plane together. 0: no pulls.
+  std::optional<double> pull_rate_gbps;
 
   uint64_t seed = 1;
   Duration duration_cap = std::chrono::seconds(10);  // simulated
@@ -122,6 +125,9 @@ struct ClusterConfig {
   absl::Status Validate() const;
   uint16_t EffectivePaths() const { return transport == TransportKind::kGoBackN ? 1 : paths; }
   uint64_t ReceiveBudgetBytes() const;
+  double PullRateGbps() const;
+  // A host's receive budget and pull pacer as the core takes them.
+  core::ReceiveBudgetConfig HostBudget() const;
 };
 
 // Per-bin figures of a run (cluster.h's header: `timeline`); every vector has `samples()`

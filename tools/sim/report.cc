@@ -53,6 +53,7 @@ void WriteConfig(JsonWriter& w, const ScenarioConfig& c) {
   w.Field("delay_us", Us(c.delay));
   w.Field("queue_bytes", c.queue_bytes);
   w.Field("receive_budget_bytes", c.ReceiveBudgetBytes());
+  w.Field("pull_rate_gbps", c.PullRateGbps());
   w.Field("ecn_threshold_bytes", c.ecn_threshold_bytes);
   w.Field("loss", c.loss);
   w.Field("ack_loss", c.ack_loss.value_or(c.loss));

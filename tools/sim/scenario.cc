@@ -354,20 +354,13 @@ std::vector<PhysicalPathConfig> BuildFabricConfig(const ScenarioConfig& c) {
   return paths;
 }
 
-core::ReceiveBudgetConfig BudgetOf(const ScenarioConfig& config) {
-  core::ReceiveBudgetConfig b;
-  b.budget_bytes = config.ReceiveBudgetBytes();
-  b.mtu = config.mtu;
-  return b;
-}
-
 Simulation::Simulation(const ScenarioConfig& config)
     : config_(config),
       fabric_(BuildFabricConfig(config), queue_, [this](Datagram& d) { OnArrival(d); }),
       port_a_(*this, Direction::kAToB),
       port_b_(*this, Direction::kBToA),
-      endpoint_a_(std::make_unique<core::Endpoint>(port_a_, BudgetOf(config))),
-      endpoint_b_(std::make_unique<core::Endpoint>(port_b_, BudgetOf(config))) {
+      endpoint_a_(std::make_unique<core::Endpoint>(port_a_, config.HostBudget())),
+      endpoint_b_(std::make_unique<core::Endpoint>(port_b_, config.HostBudget())) {
   result_.config = config;
   total_messages_ = config.TotalMessages();
   bin_ns_ = std::max<int64_t>(1, config.EffectiveBin().count());
@@ -979,6 +972,9 @@ absl::Status ScenarioConfig::Validate() const {
     if (!(s.rate_gbps > 0)) return absl::InvalidArgumentError("--slow rate must be > 0");
   }
   if (delay.count() < 0) return absl::InvalidArgumentError("--delay-us must be >= 0");
+  if (pull_rate_gbps && !(*pull_rate_gbps >= 0)) {
+    return absl::InvalidArgumentError("--pull-rate-gbps must be >= 0");
+  }
   if (queue_bytes < WireBytes(mtu + wire::kDataHeadersSize)) {
     return absl::InvalidArgumentError("--queue-kb must hold at least one MTU packet");
   }
@@ -1048,6 +1044,23 @@ absl::Status ScenarioConfig::Validate() const {
 uint16_t ScenarioConfig::EffectiveLogicalPaths() const {
   if (transport == TransportKind::kGoBackN) return 1;
   return logical_paths == 0 ? physical_paths : logical_paths;
+}
+
+double ScenarioConfig::PullRateGbps() const {
+  if (pull_rate_gbps) return *pull_rate_gbps;
+  double gbps = 0;
+  for (uint16_t p = 0; p < physical_paths; ++p) gbps += PathRateGbps(p);
+  return gbps;
+}
+
+core::ReceiveBudgetConfig ScenarioConfig::HostBudget() const {
+  core::ReceiveBudgetConfig b;
+  b.budget_bytes = ReceiveBudgetBytes();
+  b.mtu = mtu;
+  b.pull.rate_gbps = PullRateGbps();
+  b.pull.pulled_packet_wire_bytes = mtu + wire::kDataHeadersSize + kWireOverheadBytes;
+  b.pull.wire_overhead_bytes = kWireOverheadBytes;
+  return b;
 }
 
 uint64_t ScenarioConfig::ReceiveBudgetBytes() const {

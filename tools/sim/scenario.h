@@ -99,6 +99,9 @@ struct ScenarioConfig {
   // product, all paths' rate x BaseRtt(), as a host would configure it from its NIC's speed and
   // its fabric's base RTT. 0: no hint.
   std::optional<uint64_t> receive_budget_bytes;
+  // Each host's pull pacer rate (lib/core/pull_pacer.h); unset: the host's receive rate, all
+  // paths' rates together. 0: no pulls.
+  std::optional<double> pull_rate_gbps;
   double loss = 0;
   std::optional<double> ack_loss;  // unset: same as `loss`
   std::vector<Blackhole> blackholes;
@@ -148,6 +151,9 @@ struct ScenarioConfig {
   // Unloaded round trip: MTU data packet out and ACK back at the nominal rate.
   Duration BaseRtt() const;
   uint64_t ReceiveBudgetBytes() const;
+  double PullRateGbps() const;
+  // A host's receive budget and pull pacer as the core takes them.
+  core::ReceiveBudgetConfig HostBudget() const;
   Duration EffectiveBin() const;
   bool UsesReceives() const { return op != Operation::kWrite; }
 };
