@@ -8,20 +8,26 @@ PullPacer::PullPacer(const PullPacerConfig& config)
     : config_(config), slot_ns_per_byte_(config.rate_gbps > 0 ? 8.0 / config.rate_gbps : 0) {}
 
 void PullPacer::TakeSlot(Instant now, uint64_t wire_bytes) {
-  const auto length = static_cast<int64_t>(static_cast<double>(wire_bytes) * slot_ns_per_byte_);
-  slot_ = std::max(slot_, now) + Duration(length);
+  slot_ns_ = std::max(slot_ns_, static_cast<double>(now.ns)) +
+             static_cast<double>(wire_bytes) * slot_ns_per_byte_;
 }
 
-bool PullPacer::OnArrival(Instant now, uint32_t conn, uint16_t path, uint32_t datagram_bytes,
-                          bool pulled, bool wants_pull) {
-  if (!enabled()) return false;
+void PullPacer::OnArrival(Instant now, uint32_t datagram_bytes, bool pulled, bool ce) {
+  if (!enabled()) return;
   if (!pulled) {
     const uint64_t wire = uint64_t{datagram_bytes} + config_.wire_overhead_bytes;
     counters_.unsolicited_bytes += wire;
     TakeSlot(now, wire);
   }
-  if (!wants_pull) return false;
-  if (queue_.empty() && slot_ <= now) {
+  if (ce) {
+    ++counters_.ce_arrivals;
+    TakeSlot(now, static_cast<uint64_t>(config_.pulled_packet_wire_bytes * config_.ce_slot_fraction));
+  }
+}
+
+bool PullPacer::RequestPull(Instant now, uint32_t conn, uint16_t path) {
+  if (!enabled()) return false;
+  if (queue_.empty() && SlotInstant() <= now) {
     TakeSlot(now, config_.pulled_packet_wire_bytes);
     ++counters_.pulls_with_ack;
     return true;

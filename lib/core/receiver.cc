@@ -149,21 +149,11 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   // pull it grants at once goes with this packet's ACK, sent now whatever the ACK policy.
   if (conn_.budget_ != nullptr) {
     conn_.budget_->OnData(now, conn_.activity_, static_cast<uint32_t>(p.payload.size()));  // cc §5
-    pull_owed_ = conn_.budget_->pacer().OnArrival(
-        now, cfg_.local_conn_id, p.path_id,
-        static_cast<uint32_t>(wire::kDataHeadersSize + p.payload.size()),
-        (p.flags & wire::flags::kPulled) != 0, (p.flags & wire::flags::kWantsPull) != 0);
+    // §6: every arrival took the link, accepted or not; the pacer counts those it did not pull.
+    conn_.budget_->pacer().OnArrival(
+        now, static_cast<uint32_t>(wire::kDataHeadersSize + p.payload.size()),
+        (p.flags & wire::flags::kPulled) != 0, meta.ce);
   }
-  // The first ACK this packet causes carries the pull; whatever becomes of the packet, the pull
-  // leaves with this call.
-  struct PayPull {
-    Receiver& r;
-    Instant now;
-    const wire::Packet& p;
-    ~PayPull() {
-      if (r.pull_owed_) r.SendAck(now, p.path_id, p.psn, 0);
-    }
-  } pay_pull{*this, now, p};
   // [R9] classify the PSN against the path's window.
   const int32_t d = SeqDistance(path.cum_psn, p.psn);
   if (d < 0 || (d > 0 && static_cast<uint32_t>(d) <= wire::kSackBits &&
@@ -210,7 +200,9 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
     return;
   }
   const auto* m = &inbound_[p.data.msg_seq];
-  if (m->Got(p.data.offset / cfg_.mtu) || reorder_.contains({p.data.msg_seq, p.data.offset})) {
+  const bool fresh =
+      !m->Got(p.data.offset / cfg_.mtu) && !reorder_.contains({p.data.msg_seq, p.data.offset});
+  if (!fresh) {
     ++conn_.counters_.duplicate_request;  // data already placed or waiting: PSN only
   } else if (cfg_.profile.placement == PlacementPolicy::kReorderBuffer &&
              (p.data.msg_seq != deliver_msg_ || p.data.offset != deliver_offset_)) {
@@ -221,6 +213,12 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   } else {
     Place(p, p.data.msg_seq, p.payload, dst);
     if (cfg_.profile.placement == PlacementPolicy::kReorderBuffer) DrainReorderBuffer();
+  }
+  // congestion.md §6: one pull per data unit that asked for one, at its first arrival (a
+  // duplicate, a hedge's second copy, a refused packet pull nothing: the requester's pulls in
+  // circulation stay as many as it started with). The ACK that goes now carries it.
+  if (fresh && (p.flags & wire::flags::kWantsPull) && conn_.budget_ != nullptr) {
+    pull_owed_ = conn_.budget_->pacer().RequestPull(now, cfg_.local_conn_id, p.path_id);
   }
   ++path.rx_packets;
   ++conn_.counters_.rcvd_pkts;

@@ -222,7 +222,7 @@ bool Sender::UnsolicitedAllowed(Instant now) {
   const Duration interval = std::min(
       RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(rtt.count()) * cfg_.mtu /
                                                    static_cast<double>(std::max<uint64_t>(share, 1)))));
-  const Instant at = last_new_at_ + std::max(2 * interval, 4 * rtt);
+  const Instant at = last_new_at_ + std::max(4 * interval, 8 * rtt);
   if (at <= now) {
     pulls_owed_ = 0;
     return true;
@@ -332,13 +332,18 @@ void Sender::Pump(Instant now) {
     }
     // congestion.md §6: a clocked connection's new data goes on pulls (a reroute is recovery:
     // it goes unsolicited, and the responder's pacer counts it so).
+    // Before its first pull, its share is a window for whole packets (the shares of all the
+    // responder's requesters together are its budget) and a rate for the rest.
     const bool clocked = Clocked();
-    bool on_pull = false;
+    bool on_pull = false, whole_share = false;
     if (clocked && queued == nullptr) {
       on_pull = pull_credits_ > 0;
       if (!on_pull && !UnsolicitedAllowed(now)) return;
+    } else if (queued == nullptr && Paced()) {
+      whole_share =
+          inflight_bytes_ + bytes <= uint64_t{paths_.front().window_hint} * cfg_.SprayPaths();
     }
-    SenderPath* path = PickPath(now, bytes, queued, clocked);
+    SenderPath* path = PickPath(now, bytes, queued, clocked || whole_share);
     if (path == nullptr) return;
     if (on_pull) {
       --pull_credits_;

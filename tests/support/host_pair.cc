@@ -4,9 +4,9 @@
 
 namespace metaroce::testing {
 
-HostPair::HostPair(core::ConnectionConfig config) {
-  a_ = std::make_unique<core::Endpoint>(sink_a_);
-  b_ = std::make_unique<core::Endpoint>(sink_b_);
+HostPair::HostPair(core::ConnectionConfig config, const core::ReceiveBudgetConfig& budget) {
+  a_ = std::make_unique<core::Endpoint>(sink_a_, budget);
+  b_ = std::make_unique<core::Endpoint>(sink_b_, budget);
   config.local_conn_id = 1;
   config.remote_conn_id = 1;
   core::ConnectionConfig ca = config, cb = config;

@@ -23,7 +23,8 @@ struct Fate {
 class HostPair {
  public:
   // Creates connection id 1 on both hosts from `config` (ids and tokens are filled in).
-  explicit HostPair(core::ConnectionConfig config);
+  // `budget`: both hosts' receive budget and pull pacer (default: the core's, no pulls).
+  explicit HostPair(core::ConnectionConfig config, const core::ReceiveBudgetConfig& budget = {});
 
   core::Endpoint& a() { return *a_; }
   core::Endpoint& b() { return *b_; }

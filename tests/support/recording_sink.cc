@@ -33,6 +33,9 @@ std::string Describe(const wire::Packet& p) {
   if (p.flags & wire::flags::kFiller) flags += " FILLER";
   if (p.flags & wire::flags::kDelayedAck) flags += " DELAYED";
   if (p.flags & wire::flags::kProbeReply) flags += " PROBE_REPLY";
+  if (p.flags & wire::flags::kWantsPull) flags += " WANTS_PULL";
+  if (p.flags & wire::flags::kPulled) flags += " PULLED";
+  if (p.flags & wire::flags::kPull) flags += " PULL";
   if (wire::IsData(p.opcode)) {
     std::snprintf(buf, sizeof buf, "path %u %s psn %u msg %u off %u len %zu%s", p.path_id,
                   std::string(wire::OpcodeName(p.opcode)).c_str(), p.psn, p.data.msg_seq,

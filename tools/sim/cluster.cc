@@ -826,7 +826,14 @@ ClusterResult Cluster::Finish() {
     r.timeout_retransmits += k.timeout_retransmits;
     r.rerouted_packets += k.rerouted_packets;
     r.hedged_packets += k.hedged_packets;
+    r.pulled_pkts += k.pulled_pkts;
     for (uint16_t p = 0; p < c.req->path_count(); ++p) r.timeouts += c.req->path_stats(p).timeouts;
+  }
+  for (const Host& h : hosts_) {
+    const core::PullPacerCounters& p = h.endpoint->receive_budget().pacer().counters();
+    r.pulls.pulls_with_ack += p.pulls_with_ack;
+    r.pulls.pulls_deferred += p.pulls_deferred;
+    r.pulls.unsolicited_bytes += p.unsolicited_bytes;
   }
   if (conns_.size() > 0) r.core_heap_bytes_per_connection = heap_bytes_ / (2 * conns_.size());
   return r;
@@ -1050,6 +1057,12 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.EndObject();
   w.Field("p99_vs_ideal", r.p99_vs_ideal);
   w.Field("paths_failed", r.paths_failed);
+  w.BeginObject("pulls");
+  w.Field("with_ack", r.pulls.pulls_with_ack);
+  w.Field("deferred", r.pulls.pulls_deferred);
+  w.Field("unsolicited_bytes", r.pulls.unsolicited_bytes);
+  w.Field("pulled_pkts", r.pulled_pkts);
+  w.EndObject();
   w.Field("workload_bytes_placed", r.workload_bytes_placed);
   w.Field("goodput_vs_receiver_link", r.goodput_vs_receiver_link);
   w.Field("jain_over_senders", r.jain_over_senders);

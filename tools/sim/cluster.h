@@ -42,6 +42,11 @@
 //                         N times faster, and no transport can give every message that)
 //   paths_failed          path state changes into Failed, any reason, any host (port_rotations:
 //                         as before)
+//   pulls                 every host's pull pacer together (lib/core/pull_pacer.h): with_ack
+//                         (released at once, in the asking packet's ACK), deferred (queued, then
+//                         released on their own), unsolicited_bytes (wire bytes of data packets
+//                         that arrived without a pull: first packets, retransmissions, hedges,
+//                         requesters not paced), pulled_pkts (new data packets sent on a pull)
 //   goodput_vs_receiver_link  incast: payload bytes the workload placed at host 0 / (completion_us
 //                         x host 0's links of all planes); null for other workloads or a run
 //                         that did not finish. Payload only, so headers keep it below 1
@@ -192,6 +197,8 @@ struct ClusterResult {
   // Incast figures (cluster.h's header).
   uint64_t workload_bytes_placed = 0;  // payload of the workload's messages (not background)
   uint64_t paths_failed = 0;
+  core::PullPacerCounters pulls;
+  uint64_t pulled_pkts = 0;
   double message_p50_us = 0, message_p99_us = 0, message_max_us = 0;
   uint64_t messages_timed = 0;  // messages in message_completion_us
   double p99_vs_ideal = 0;

@@ -693,5 +693,37 @@ TEST(Connection_Cost, StateGrownByTrafficShrinksBackWhenItEnds) {
   EXPECT_LE(held, 2 * kIdleBudget);
 }
 
+TEST(Connection_Pull, APacedRequesterIsClockedByTheRespondersPulls) {
+  // congestion.md §6 end to end: B's budget gives A's connection 125 bytes per path (paced), B
+  // pulls at 1 Gb/s. The Write lands whole; after the first pulls, A's new packets leave one
+  // pull slot apart (1,146 wire bytes at 1 Gb/s: 9.168 us) whatever the ACKs' own timing.
+  ReceiveBudgetConfig budget;
+  budget.budget_bytes = 1000;
+  budget.mtu = 1024;
+  budget.pull.rate_gbps = 1;
+  budget.pull.pulled_packet_wire_bytes = 1024 + wire::kDataHeadersSize + 66;
+  ConnectionConfig c = SmallConfig(8);
+  c.initial_window_hint_bytes = 1000;
+  HostPair h(c, budget);
+  Buffers b(h, 64 * 1024);
+  std::vector<Instant> pulled_sends;
+  h.on_send = [&](const RecordedPacket& p, bool a_to_b) {
+    if (a_to_b && (p.packet.flags & wire::flags::kPulled)) pulled_sends.push_back(h.now());
+  };
+  ASSERT_TRUE(h.ca().PostSend(h.now(), Write(b, 1, 0, 64 * 1024)).ok());
+  h.RunFor(std::chrono::milliseconds(50));
+  ASSERT_THAT(h.completions_a(), SizeIs(1));
+  EXPECT_EQ(h.completions_a()[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(b.src, b.dst);
+  EXPECT_GT(h.cb().counters().pulls_sent, 32u);
+  EXPECT_EQ(h.ca().counters().pulls_rcvd, h.cb().counters().pulls_sent);
+  EXPECT_EQ(h.ca().counters().pulled_pkts, pulled_sends.size());
+  ASSERT_GT(pulled_sends.size(), 32u);
+  for (size_t i = 1; i < pulled_sends.size(); ++i) {
+    EXPECT_GE(pulled_sends[i] - pulled_sends[i - 1], Duration(9168)) << i;
+  }
+  EXPECT_EQ(h.b().receive_budget().pacer().waiting(), 0u);
+}
+
 }  // namespace
 }  // namespace metaroce::core
