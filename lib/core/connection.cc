@@ -97,10 +97,10 @@ void Connection::OnTimer(Instant now) {
   sender_->OnTimer(now);
 }
 
-void Connection::SendPull(Instant now, uint16_t path_id) {
+void Connection::SendPull(Instant now, uint64_t turn) {
   EntryScope scope(*this);
-  if (state_ == State::kError || path_id >= config_.path_count) return;
-  receiver_->SendPull(now, path_id);
+  if (state_ == State::kError) return;
+  receiver_->SendPull(now, turn);
 }
 
 void Connection::Fail(Instant now, WcStatus status, std::optional<uint32_t> culprit) {

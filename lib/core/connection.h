@@ -137,8 +137,9 @@ class Connection {
   HeapSlot& deadline_slot() { return deadline_slot_; }
 
   // Responder side, for the Endpoint: sends a pull the host's pull pacer released for this
-  // connection, on `path_id` (an ACK with flags::kPull, congestion.md §6).
-  void SendPull(Instant now, uint16_t path_id);
+  // connection as its `turn`-th (an ACK with flags::kPull on path turn mod paths,
+  // congestion.md §6).
+  void SendPull(Instant now, uint64_t turn);
   // Operator request: rotate a path's source port now (subject to the hold-down), then probe it.
   absl::Status RequestRotation(Instant now, uint16_t path_id);
   // The owner gives up on the connection (its peer is known to be gone, or it is being torn

@@ -58,8 +58,8 @@ void Endpoint::OnDatagram(Instant now, std::span<const std::byte> datagram, cons
 void Endpoint::OnTimer(Instant now) {
   // Pulls first (congestion.md §6): they are due at their slots, and a connection's own timers
   // below may send a packet its pull would otherwise have let through.
-  budget_.pacer().ReleaseDue(now, [&](uint32_t conn, uint16_t path) {
-    if (Connection* c = Find(conn)) c->SendPull(now, path);
+  budget_.pacer().ReleaseDue(now, [&](uint32_t conn, uint64_t turn) {
+    if (Connection* c = Find(conn)) c->SendPull(now, turn);
   });
   // The due connections leave the heap first: a timer that leaves its deadline at or before
   // `now` runs again at the next call, not in a loop here.

@@ -25,14 +25,27 @@ void PullPacer::OnArrival(Instant now, uint32_t datagram_bytes, bool pulled, boo
   }
 }
 
-bool PullPacer::RequestPull(Instant now, uint32_t conn, uint16_t path) {
+void PullPacer::CancelPulls(uint32_t conn) {
+  auto it = waiting_by_conn_.find(conn);
+  if (it == waiting_by_conn_.end()) return;
+  counters_.pulls_cancelled += it->second.count;
+  waiting_ -= it->second.count;
+  it->second.count = 0;  // leaves the rotation when its turn comes, spending no slot
+}
+
+bool PullPacer::RequestPull(Instant now, uint32_t conn) {
   if (!enabled()) return false;
-  if (queue_.empty() && SlotInstant() <= now) {
+  if (rotation_.empty() && SlotInstant() <= now) {
     TakeSlot(now, config_.pulled_packet_wire_bytes);
     ++counters_.pulls_with_ack;
+    ++turn_;
     return true;
   }
-  queue_.push_back(Waiting{conn, path});
+  auto [it, inserted] = waiting_by_conn_.try_emplace(conn);
+  Waiting& w = it->second;
+  if (inserted) rotation_.push_back(conn);  // a cancelled one is still in the rotation
+  ++w.count;
+  ++waiting_;
   return false;
 }
 

@@ -150,9 +150,13 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   if (conn_.budget_ != nullptr) {
     conn_.budget_->OnData(now, conn_.activity_, static_cast<uint32_t>(p.payload.size()));  // cc §5
     // §6: every arrival took the link, accepted or not; the pacer counts those it did not pull.
-    conn_.budget_->pacer().OnArrival(
-        now, static_cast<uint32_t>(wire::kDataHeadersSize + p.payload.size()),
-        (p.flags & wire::flags::kPulled) != 0, meta.ce);
+    PullPacer& pacer = conn_.budget_->pacer();
+    pacer.OnArrival(now, static_cast<uint32_t>(wire::kDataHeadersSize + p.payload.size()),
+                    (p.flags & wire::flags::kPulled) != 0, meta.ce);
+    // Data that asks for no pull: the requester has nothing more (a FILLER says nothing).
+    if (!(p.flags & (wire::flags::kWantsPull | wire::flags::kFiller)) && pacer.enabled()) {
+      pacer.CancelPulls(cfg_.local_conn_id);
+    }
   }
   // [R9] classify the PSN against the path's window.
   const int32_t d = SeqDistance(path.cum_psn, p.psn);
@@ -218,7 +222,11 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   // duplicate, a hedge's second copy, a refused packet pull nothing: the requester's pulls in
   // circulation stay as many as it started with). The ACK that goes now carries it.
   if (fresh && (p.flags & wire::flags::kWantsPull) && conn_.budget_ != nullptr) {
-    pull_owed_ = conn_.budget_->pacer().RequestPull(now, cfg_.local_conn_id, p.path_id);
+    if (conn_.budget_->pacer().RequestPull(now, cfg_.local_conn_id)) {
+      pull_owed_ = true;
+      ++pulls_granted_;
+      ++conn_.counters_.pulls_sent;
+    }
   }
   ++path.rx_packets;
   ++conn_.counters_.rcvd_pkts;
@@ -340,7 +348,7 @@ void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint
   a.opcode = wire::Opcode::kAck;
   a.flags = flags | (pull_owed_ ? wire::flags::kPull : 0);
   pull_owed_ = false;
-  if (a.flags & wire::flags::kPull) ++conn_.counters_.pulls_sent;
+  a.ack.pull_seq = pulls_granted_;
   a.dest_conn = cfg_.remote_conn_id;
   a.path_id = path_id;
   a.token = cfg_.tx_token;
@@ -373,9 +381,21 @@ void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint
   path.ack_deadline = kNever;
 }
 
-void Receiver::SendPull(Instant now, uint16_t path_id) {
+void Receiver::SendPull(Instant now, uint64_t turn) {
   if (failed_) return;
-  SendAck(now, path_id, paths_[path_id].last_psn, wire::flags::kPull | wire::flags::kDelayedAck);
+  // The pulled packet goes where the pull comes from: path `turn` mod paths, so that the host's
+  // pulls, one after the other, name every path index (and every plane: path mod planes) in
+  // turn, whichever connections they go to.
+  const auto path_id = static_cast<uint16_t>(turn % cfg_.SprayPaths());
+  ++pulls_granted_;
+  ++conn_.counters_.pulls_sent;
+  // congestion.md §6: a pull on its own goes twice. Every ACK carries the count of pulls
+  // granted, so the copy is harmless; a pull lost on its way would leave a requester that has
+  // nothing else in flight waiting for its forgiveness, several of its pull intervals.
+  for (int copy = 0; copy < 2; ++copy) {
+    SendAck(now, path_id, paths_[path_id].last_psn,
+            wire::flags::kPull | wire::flags::kDelayedAck);
+  }
 }
 
 void Receiver::OnTimer(Instant now) {

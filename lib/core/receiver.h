@@ -72,9 +72,10 @@ class Receiver {
   void OnProbe(Instant now, const wire::Packet& p, const RxMeta& meta);
   void OnTimer(Instant now);
   Instant NextDeadline() const;
-  // A pull the host's pacer released (congestion.md §6): an ACK of the path's state with
-  // flags::kPull | kDelayedAck (it was deferred: no RTT sample).
-  void SendPull(Instant now, uint16_t path_id);
+  // A pull the host's pacer released as its `turn`-th (congestion.md §6): an ACK with
+  // flags::kPull | kDelayedAck (it was deferred: no RTT sample), sent twice, on path turn mod
+  // the connection's paths.
+  void SendPull(Instant now, uint64_t turn);
   // Completes every posted receive with WR_FLUSH_ERR and stops accepting data.
   void Flush();
 
@@ -116,6 +117,7 @@ class Receiver {
   uint64_t reorder_bytes_ = 0;
   // The pacer granted the packet being processed a pull at once: its first ACK carries it.
   bool pull_owed_ = false;
+  uint8_t pulls_granted_ = 0;  // pulls granted on this connection, mod 256: every ACK's pull_seq
   uint32_t deliver_msg_ = 0;     // next (msg_seq, offset) to place in order
   uint32_t deliver_offset_ = 0;
 };

@@ -211,7 +211,8 @@ bool Sender::MoreToSend() const {
 
 uint32_t Sender::PullWindow() const {
   const uint64_t share = uint64_t{paths_.front().window_hint} * cfg_.SprayPaths();
-  return static_cast<uint32_t>(std::max<uint64_t>(1, (share + cfg_.mtu - 1) / cfg_.mtu));
+  return static_cast<uint32_t>(std::max<uint64_t>(1, (share + cfg_.mtu - 1) / cfg_.mtu)) +
+         pull_bonus_;
 }
 
 bool Sender::UnsolicitedAllowed(Instant now) {
@@ -222,7 +223,8 @@ bool Sender::UnsolicitedAllowed(Instant now) {
   const Duration interval = std::min(
       RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(rtt.count()) * cfg_.mtu /
                                                    static_cast<double>(std::max<uint64_t>(share, 1)))));
-  const Instant at = last_new_at_ + std::max(4 * interval, 8 * rtt);
+  const Instant at =
+      last_new_at_ + std::max(4 * (pull_gap_ > Duration(0) ? pull_gap_ : interval), 8 * rtt);
   if (at <= now) {
     pulls_owed_ = 0;
     return true;
@@ -239,7 +241,8 @@ Duration Sender::PacingRtt(const SenderPath& path) const {
   return latest_rtt_ == Duration(0) ? path.rtt.srtt() : latest_rtt_;  // none yet: initial_rtt
 }
 
-SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked) {
+SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked,
+                             int preferred) {
   if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
     return nullptr;
   }
@@ -252,6 +255,13 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
       if (p.state == PathState::kActive) active += p.inflight_bytes;
     }
     if (active > 0 && active + bytes > share) return nullptr;
+  }
+  if (preferred >= 0 && preferred < cfg_.SprayPaths()) {
+    SenderPath& p = paths_[preferred];
+    if (Usable(p) && !p.gbn_resending && p.outstanding() < wire::kSackBits &&
+        (p.inflight_bytes == 0 || p.inflight_bytes + bytes <= Window(p))) {
+      return &p;
+    }
   }
   const bool hedge = queued != nullptr && queued->hedge;
   const uint16_t n = cfg_.SprayPaths();
@@ -322,7 +332,7 @@ void Sender::Pump(Instant now) {
   pace_wakeup_ = kNever;
   // Pulls left over when nothing waits are given up: the pacer's slot for each is gone, and
   // the next burst's first packet goes unsolicited, counted as such.
-  if (pull_credits_ > 0 && !MoreToSend()) pull_credits_ = 0;
+  if (!pull_paths_.empty() && !MoreToSend()) pull_paths_.clear();
   while (!failed_ && NextPacket(now, &ref, &queued)) {
     OutboundMessage* m = Find(ref.msg_seq);
     const uint32_t bytes = PacketBytes(*m, ref.index);
@@ -337,16 +347,17 @@ void Sender::Pump(Instant now) {
     const bool clocked = Clocked();
     bool on_pull = false, whole_share = false;
     if (clocked && queued == nullptr) {
-      on_pull = pull_credits_ > 0;
+      on_pull = !pull_paths_.empty();
       if (!on_pull && !UnsolicitedAllowed(now)) return;
     } else if (queued == nullptr && Paced()) {
       whole_share =
           inflight_bytes_ + bytes <= uint64_t{paths_.front().window_hint} * cfg_.SprayPaths();
     }
-    SenderPath* path = PickPath(now, bytes, queued, clocked || whole_share);
+    SenderPath* path =
+        PickPath(now, bytes, queued, clocked || whole_share, on_pull ? pull_paths_.front() : -1);
     if (path == nullptr) return;
     if (on_pull) {
-      --pull_credits_;
+      pull_paths_.pop_front();
       sending_on_pull_ = true;
     }
     if (queued == nullptr) last_new_at_ = now;
@@ -667,15 +678,39 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   const auto take_hint = [&] {
     if (ack.ack.window_hint == path.window_hint) return;
     for (SenderPath& p : paths_) p.window_hint = ack.ack.window_hint;
-    if (!Paced()) pull_seen_ = false, pull_credits_ = pulls_owed_ = 0;  // §6: paced shares only
+    if (!Paced()) {  // §6: pulls clock paced shares only
+      pull_seen_ = false;
+      pull_paths_.clear();
+      pulls_owed_ = pull_bonus_ = 0;
+      pull_gap_ = Duration(0);
+      last_pull_at_ = kNever;
+    }
   };
+  // §6: pull_seq counts the pulls granted, so a lost ACK's pull comes with the next ACK, and a
+  // copy or an ACK overtaken by a newer one adds none.
   const auto take_pull = [&] {
-    if (!(ack.flags & wire::flags::kPull)) return;
-    ++conn_.counters_.pulls_rcvd;
+    const uint8_t fresh = static_cast<uint8_t>(ack.ack.pull_seq - pull_seq_seen_);
+    if (fresh == 0 || fresh >= 128) return;
+    pull_seq_seen_ = ack.ack.pull_seq;
+    conn_.counters_.pulls_rcvd += fresh;
     if (!Paced()) return;
     pull_seen_ = true;
-    ++pull_credits_;
-    pulls_owed_ -= pulls_owed_ > 0;
+    for (uint8_t i = 0; i < fresh && pull_paths_.size() < wire::kSackBits; ++i) {
+      pull_paths_.push_back(ack.path_id);
+    }
+    if (last_pull_at_ != kNever) {
+      const Duration gap = now - last_pull_at_;
+      pull_gap_ = pull_gap_ == Duration(0) ? gap : (7 * pull_gap_ + gap) / 8;
+    }
+    last_pull_at_ = now;
+    pulls_owed_ -= std::min<uint32_t>(pulls_owed_, fresh);
+    // A pull in the asking packet's own ACK found the responder's pacer idle; one that waited
+    // (sent on its own: DELAYED_ACK) found it busy.
+    if ((ack.flags & wire::flags::kPull) && !(ack.flags & wire::flags::kDelayedAck)) {
+      pull_bonus_ = std::min<uint32_t>(pull_bonus_ + 1, wire::kSackBits);
+    } else {
+      pull_bonus_ -= std::min<uint32_t>(pull_bonus_, fresh);
+    }
   };
   if (ack.ack.syndrome != wire::Syndrome::kAck) {
     take_hint();

@@ -157,8 +157,9 @@ class Sender {
   // A path whose window is below one packet is paced (congestion.md §1): it is picked when its
   // time has come, and otherwise sets pace_wakeup_.
   // A connection the responder pulls (`clocked`: Clocked()) sends on pulls, not at a rate: any
-  // idle usable path takes its packet.
-  SenderPath* PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked);
+  // idle usable path takes its packet, the pull's own path (`preferred`) first.
+  SenderPath* PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked,
+                       int preferred = -1);
   // congestion.md §6: the share is below one packet per path (the connection is paced).
   bool Paced() const;
   // ... and the responder pulls it: new data waits for pulls.
@@ -166,10 +167,12 @@ class Sender {
   // A clocked connection without a pull may send a new packet unsolicited while fewer than its
   // share in packets (PullWindow) of pulls are owed to it: that many pulls circulate between
   // it and the responder. When they are all owed, nothing is in flight and the wait has been
-  // long (twice the share's interval, and four RTTs: a pull or the packet that asked for it was
-  // lost), it forgives them. Otherwise sets pace_wakeup_.
+  // long (four times the usual gap between its pulls, or before it knows one four times the
+  // share's interval, and at least eight RTTs: a pull was lost), it forgives them. Otherwise
+  // sets pace_wakeup_.
   bool UnsolicitedAllowed(Instant now);
-  uint32_t PullWindow() const;  // the share in packets, rounded up, at least 1
+  // The share in packets, rounded up, at least 1, plus pull_bonus_.
+  uint32_t PullWindow() const;
   // Data waits to be sent after the packet being sent (flags::kWantsPull).
   bool MoreToSend() const;
   // The RTT a paced path's interval is computed from: its srtt or the connection's latest
@@ -248,8 +251,18 @@ class Sender {
   // congestion.md §6: pulls seen while paced (the responder clocks this connection), pulls not
   // used yet, the latest new data packet, and whether the packet being sent uses a pull.
   bool pull_seen_ = false;
-  uint32_t pull_credits_ = 0;
+  // Pulls not used yet, each with the path it came on: the packet it lets through goes there
+  // (the responder chose the path to spread its pulls over its links).
+  std::deque<uint16_t> pull_paths_;
+  uint8_t pull_seq_seen_ = 0;  // the responder's pull count, as of the latest ACK (mod 256)
   uint32_t pulls_owed_ = 0;  // new packets sent asking for a pull, not yet answered by one
+  // Pulls the responder granted at once (its pacer had room) add one to the allowance, pulls
+  // that waited take one off: the allowance follows the host's spare capacity.
+  uint32_t pull_bonus_ = 0;
+  // Smoothed time between the pulls this connection receives (0: fewer than two yet): how
+  // long a pull normally takes to come, which a lost one is judged against.
+  Duration pull_gap_{0};
+  Instant last_pull_at_ = kNever;
   Instant last_new_at_{INT64_MIN / 2};
   bool sending_on_pull_ = false;
   Duration latest_rtt_{0};                // latest RTT sample of any path

@@ -148,6 +148,7 @@ ParseResult Parse(std::span<const std::byte> datagram) {
     p.ack.window_hint = a.window_hint.value();
     p.ack.syndrome = static_cast<Syndrome>(a.syndrome);
     p.ack.rnr_delay_us = a.rnr_delay_us.value();
+    p.ack.pull_seq = a.pull_seq;
     p.ack.msg_seq = a.msg_seq.value();
     p.ack.sack = SackBitmap::FromWire(a.sack);
   }
@@ -185,6 +186,7 @@ size_t SerializeHeaders(const Packet& p, std::span<std::byte> out) {
     a.window_hint = Be32::FromHost(p.ack.window_hint);
     a.syndrome = static_cast<uint8_t>(p.ack.syndrome);
     a.rnr_delay_us = Be16::FromHost(p.ack.rnr_delay_us);
+    a.pull_seq = p.ack.pull_seq;
     a.msg_seq = Be32::FromHost(p.ack.msg_seq);
     p.ack.sack.ToWire(a.sack);
     std::memcpy(out.data() + sizeof base, &a, sizeof a);

@@ -73,7 +73,8 @@ inline constexpr uint16_t kDelayedAck = 1u << 4;   // ACK: sent by the delayed-A
 inline constexpr uint16_t kProbeReply = 1u << 5;   // ACK: answers the PROBE whose PSN is ack_psn
 // data: sent on a pull: the responder's pacer counted it when it pulled (congestion.md §6).
 inline constexpr uint16_t kPulled = 1u << 6;
-// ACK: a pull: the requester may send one more new data packet on this connection (§6).
+// ACK: carries a pull this responder just granted (its pull_seq counts it): the requester may send
+// one more new data packet on this connection (§6).
 inline constexpr uint16_t kPull = 1u << 7;
 inline constexpr uint16_t kKnownMask = kAckRequest | kRetransmit | kFiller | kWantsPull |
                                        kDelayedAck | kProbeReply | kPulled | kPull;
@@ -116,7 +117,7 @@ struct AckHeader {
   Be32 ce_count;      // 8: cumulative count of CE-marked packets received on this path
   Be32 window_hint;   // 12: receiver's fair-share hint in bytes in flight (0: none)
   uint8_t syndrome;   // 16: Syndrome
-  uint8_t reserved0;  // 17: zero
+  uint8_t pull_seq;   // 17: pulls granted on this connection so far, mod 256 (congestion.md §6)
   Be16 rnr_delay_us;  // 18: RNR NAK: wait this long before retrying
   Be32 msg_seq;       // 20: NAK: message concerned; ACK: 0
   uint8_t sack[32];   // 24: bit k (byte k/8, bit k%8, LSB first) set: PSN cum_psn+1+k arrived
@@ -193,6 +194,7 @@ struct Packet {
     uint32_t window_hint = 0;
     Syndrome syndrome = Syndrome::kAck;
     uint16_t rnr_delay_us = 0;
+    uint8_t pull_seq = 0;
     uint32_t msg_seq = 0;
     SackBitmap sack;
   } ack;

@@ -1210,19 +1210,29 @@ TEST(Sender_Completion, OrderedHoldsACompletionUntilEarlierOnesAreDone) {
 
 // congestion.md §6: a connection paced below one packet per path asks for pulls while it has
 // more to send; once it has seen one, its new data goes on pulls, with at most its share in
-// packets of pulls owed to it.
+// packets (plus one per pull the responder granted at once) of pulls owed to it.
 ConnectionConfig PacedConfig() {
   ConnectionConfig c = RequesterConfig(4);
   c.initial_window_hint_bytes = 4 * 300;  // 300 bytes per path: paced; 1,200 bytes: 2 packets
   return c;
 }
 
-// An ACK from the responder that keeps the share at 300 bytes per path (every ACK carries it).
-wire::Packet PacedAck(uint16_t path, uint32_t cum, uint32_t ack_psn, uint16_t flags = 0) {
-  wire::Packet a = Requester::Ack(path, cum, ack_psn, {}, flags);
-  a.ack.window_hint = 300;
-  return a;
-}
+// The responder's ACKs: the share stays 300 bytes per path, and pull_seq counts its pulls.
+struct PullingResponder {
+  uint8_t granted = 0;
+  enum Pull { kNone, kAtOnce, kDeferred };
+  wire::Packet Ack(uint16_t path, uint32_t cum, uint32_t ack_psn, Pull pull = kNone) {
+    uint16_t flags = 0;
+    if (pull != kNone) {
+      ++granted;
+      flags = wire::flags::kPull | (pull == kDeferred ? wire::flags::kDelayedAck : 0);
+    }
+    wire::Packet a = Requester::Ack(path, cum, ack_psn, {}, flags);
+    a.ack.window_hint = 300;
+    a.ack.pull_seq = granted;
+    return a;
+  }
+};
 
 // Runs timers until something is sent.
 void RunUntilSent(Requester& r) {
@@ -1231,56 +1241,83 @@ void RunUntilSent(Requester& r) {
 
 TEST(Sender_Pull, APacedConnectionSendsItsNewDataOnPulls) {
   Requester r(PacedConfig());
-  r.PostWrite(At(0 * kUs), 1, 8 * kMtu);
+  PullingResponder peer;
+  r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
   RunUntilSent(r);
-  // Before any pull the share is a rate (one packet, then a timer); the packet asks for a pull.
+  // Before any pull the share is a window of whole packets (one) and then a rate; the packet
+  // asks for a pull.
   ASSERT_THAT(r.sink.packets(), SizeIs(1));
   const wire::Packet first = r.sink.packets()[0].packet;
   EXPECT_TRUE(first.flags & wire::flags::kWantsPull);
   EXPECT_FALSE(first.flags & wire::flags::kPulled);
   r.sink.Clear();
-  const Instant t0 = At(1 * kUs);
-  // Its ACK brings a pull: one packet goes on it, and one more unsolicited (two pulls may be
-  // owed: the share is 1,200 bytes, two packets rounded up); then the connection waits.
-  r.Feed(t0 + 10 * kUs, PacedAck(first.path_id, 1, 0, wire::flags::kPull));
+  // Its ACK brings a pull granted at once: one packet goes on it, and two more unsolicited
+  // (two pulls may be owed for the share, 1,200 bytes rounded up to packets, and one more for
+  // the pacer's room); then the connection waits.
+  r.Feed(At(10 * kUs), peer.Ack(first.path_id, 1, 0, PullingResponder::kAtOnce));
   std::vector<RecordedPacket> sent = r.sink.packets();
-  ASSERT_THAT(sent, SizeIs(2));
+  ASSERT_THAT(sent, SizeIs(3));
   EXPECT_TRUE(sent[0].packet.flags & wire::flags::kPulled);
+  EXPECT_EQ(sent[0].packet.path_id, first.path_id);  // the pull's path
   EXPECT_TRUE(sent[0].packet.flags & wire::flags::kWantsPull);
   EXPECT_FALSE(sent[1].packet.flags & wire::flags::kPulled);
+  EXPECT_FALSE(sent[2].packet.flags & wire::flags::kPulled);
   EXPECT_EQ(r.conn.counters().pulls_rcvd, 1u);
   EXPECT_EQ(r.conn.counters().pulled_pkts, 1u);
   r.sink.Clear();
   // Their ACKs carry no pull: nothing new goes, however many ACKs come.
   for (const RecordedPacket& x : sent) {
-    r.Feed(t0 + 20 * kUs, PacedAck(x.packet.path_id, x.packet.psn + 1, x.packet.psn));
+    r.Feed(At(20 * kUs), peer.Ack(x.packet.path_id, x.packet.psn + 1, x.packet.psn));
   }
   EXPECT_THAT(r.sink.packets(), IsEmpty());
-  // A deferred pull (its own ACK, no RTT sample) lets exactly one more go.
-  r.Feed(t0 + 30 * kUs, PacedAck(sent[0].packet.path_id, sent[0].packet.psn + 1, sent[0].packet.psn,
-                                 wire::flags::kPull | wire::flags::kDelayedAck));
+  // A pull that waited (its own ACK, no RTT sample) lets exactly one more go, on its path; a
+  // copy of it adds nothing (pull_seq did not move).
+  uint32_t cum3 = 0;  // path 3's next PSN: everything sent on it was acknowledged above
+  for (const RecordedPacket& x : sent) {
+    if (x.packet.path_id == 3) cum3 = x.packet.psn + 1;
+  }
+  const wire::Packet deferred = peer.Ack(3, cum3, cum3 - 1, PullingResponder::kDeferred);
+  r.Feed(At(30 * kUs), deferred);
+  r.Feed(At(30 * kUs), deferred);
   ASSERT_THAT(r.sink.packets(), SizeIs(1));
   EXPECT_TRUE(r.sink.packets()[0].packet.flags & wire::flags::kPulled);
+  EXPECT_EQ(r.sink.packets()[0].packet.path_id, 3);
+  EXPECT_EQ(r.conn.counters().pulls_rcvd, 2u);
 }
 
-TEST(Sender_Pull, OwedPullsAreForgivenAfterALongQuietWait) {
-  // A pull lost on its way (or the packet that asked for it) must not stall the connection:
-  // with nothing in flight and every pull still owed, it sends again unsolicited after twice
-  // its share's interval (and at least four RTTs), not before.
+TEST(Sender_Pull, APullLostOnItsWayComesWithTheNextAck) {
   Requester r(PacedConfig());
-  r.PostWrite(At(0 * kUs), 1, 8 * kMtu);
+  PullingResponder peer;
+  r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
   RunUntilSent(r);
   const wire::Packet first = r.sink.packets()[0].packet;
   r.sink.Clear();
-  r.Feed(At(50 * kUs), PacedAck(first.path_id, 1, 0, wire::flags::kPull));
+  peer.granted = 1;  // the ACK that carried the first pull was lost
+  r.Feed(At(20 * kUs), peer.Ack(first.path_id, 1, 0));
+  ASSERT_THAT(r.sink.packets(), ::testing::Not(IsEmpty()));
+  EXPECT_TRUE(r.sink.packets()[0].packet.flags & wire::flags::kPulled);
+  EXPECT_EQ(r.conn.counters().pulls_rcvd, 1u);
+}
+
+TEST(Sender_Pull, OwedPullsAreForgivenAfterALongQuietWait) {
+  // A pull whose every copy was lost must not stall the connection: with nothing in flight
+  // and every pull still owed, it sends again unsolicited after a long wait (at least eight
+  // RTTs), not before.
+  Requester r(PacedConfig());
+  PullingResponder peer;
+  r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
+  RunUntilSent(r);
+  const wire::Packet first = r.sink.packets()[0].packet;
+  r.sink.Clear();
+  r.Feed(At(50 * kUs), peer.Ack(first.path_id, 1, 0, PullingResponder::kAtOnce));
   std::vector<RecordedPacket> sent = r.sink.packets();
-  ASSERT_THAT(sent, SizeIs(2));
+  ASSERT_THAT(sent, SizeIs(3));
   r.sink.Clear();
   for (const RecordedPacket& x : sent) {
-    r.Feed(At(60 * kUs), PacedAck(x.packet.path_id, x.packet.psn + 1, x.packet.psn));
+    r.Feed(At(60 * kUs), peer.Ack(x.packet.path_id, x.packet.psn + 1, x.packet.psn));
   }
   ASSERT_THAT(r.sink.packets(), IsEmpty());
-  // The pulls those two asked for never come. The share's interval is RTT x 1,024 / 1,200.
+  // The pulls those three asked for never come.
   Instant sent_at = kNever;
   for (Instant t = r.conn.NextDeadline(); t <= At(2000 * kUs); t = r.conn.NextDeadline()) {
     r.conn.OnTimer(t);
@@ -1291,21 +1328,22 @@ TEST(Sender_Pull, OwedPullsAreForgivenAfterALongQuietWait) {
   }
   ASSERT_THAT(r.sink.packets(), ::testing::Not(IsEmpty()));
   EXPECT_FALSE(r.sink.packets()[0].packet.flags & wire::flags::kPulled);
-  EXPECT_GE(sent_at, At(50 * kUs) + 4 * 10 * kUs);  // the latest new packet went at 50 us
+  EXPECT_GE(sent_at, At(50 * kUs) + 8 * 10 * kUs);  // the latest new packet went at 50 us
 }
 
 TEST(Sender_Pull, TheLastPacketAsksForNoPullAndALargerShareEndsTheClock) {
   Requester r(PacedConfig());
+  PullingResponder peer;
   r.PostWrite(At(0 * kUs), 1, 1 * kMtu);
   RunUntilSent(r);
   ASSERT_THAT(r.sink.packets(), SizeIs(1));
   EXPECT_FALSE(r.sink.packets()[0].packet.flags & wire::flags::kWantsPull);  // nothing after it
   const wire::Packet only = r.sink.packets()[0].packet;
   r.sink.Clear();
-  r.Feed(At(50 * kUs), PacedAck(only.path_id, 1, 0, wire::flags::kPull));
+  r.Feed(At(50 * kUs), peer.Ack(only.path_id, 1, 0, PullingResponder::kAtOnce));
   // A share of a packet or more per path: the connection is a window again, and its data
   // neither waits for pulls nor asks for them.
-  wire::Packet wider = Requester::Ack(only.path_id, 1, 0);
+  wire::Packet wider = peer.Ack(only.path_id, 1, 0);
   wider.ack.window_hint = 4 * kMtu;
   r.Feed(At(60 * kUs), wider);
   r.PostWrite(At(61 * kUs), 2, 8 * kMtu);

@@ -285,7 +285,7 @@ TEST(Layout_Sizes, MatchSpec) {
   EXPECT_EQ(offsetof(AckHeader, ack_psn), 4u);
   EXPECT_EQ(offsetof(AckHeader, ce_count), 8u);
   EXPECT_EQ(offsetof(AckHeader, window_hint), 12u);
-  EXPECT_EQ(offsetof(AckHeader, reserved0), 17u);
+  EXPECT_EQ(offsetof(AckHeader, pull_seq), 17u);
   EXPECT_EQ(offsetof(AckHeader, rnr_delay_us), 18u);
   EXPECT_EQ(offsetof(AckHeader, msg_seq), 20u);
 }
