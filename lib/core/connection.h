@@ -88,7 +88,7 @@ struct ConnectionCounters {
   uint64_t access_naks_sent = 0;
   uint64_t acks_sent = 0;
   uint64_t acks_rcvd = 0;
-  uint64_t pulls_sent = 0;    // responder: ACKs that carried a pull (congestion.md §6)
+  uint64_t pulls_sent = 0;    // responder: pulls granted (congestion.md §6)
   uint64_t pulls_rcvd = 0;    // requester: pulls received
   uint64_t pulled_pkts = 0;   // requester: new data packets sent on a pull
   uint64_t probes_sent = 0;

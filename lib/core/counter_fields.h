@@ -49,7 +49,7 @@ inline constexpr std::array<ConnectionCounterField, 26> kConnectionCounterFields
     {"acks_sent", &ConnectionCounters::acks_sent, "ACKs sent."},
     {"acks_rcvd", &ConnectionCounters::acks_rcvd, "ACKs received."},
     {"pulls_sent", &ConnectionCounters::pulls_sent,
-     "Responder: pulls sent to requesters paced below one packet (in ACKs)."},
+     "Responder: pulls granted to requesters paced below one packet per path."},
     {"pulls_rcvd", &ConnectionCounters::pulls_rcvd, "Requester: pulls received."},
     {"pulled_pkts", &ConnectionCounters::pulled_pkts,
      "Requester: new data packets sent on a pull."},

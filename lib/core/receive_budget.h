@@ -5,6 +5,8 @@
 //
 // One budget per Endpoint (the host, or one engine shard with its share of the host's budget).
 // Connections register at creation and report their data arrivals; ACKs read the share back.
+// It also holds the host's pull pacer (pull_pacer.h), which clocks the requesters whose share is
+// below one packet per path (congestion.md §6).
 //
 // Which pairs count (local policy, congestion.md §5):
 // - The pairs of a connection count together: a data packet on any path of a connection counts
