@@ -3,10 +3,12 @@
 
 1. Crafted packets (no fabric): the spec's worked examples (docs/spec/wire-format.md section 10)
    and hand-made malformed datagrams (truncated base / data / ACK header, bad version, unknown
-   opcode, payload_len mismatch, bad range, bad syndrome, reserved bits set, SACK bitmap across the
-   PSN wrap) are written to a pcap from Python and decoded by tshark with the dissector: tshark
-   must not fail or raise a Lua error, every malformed packet must carry the expected expert info
-   (metaroce.expert.*) and well-formed ones none; the dissector's port preference is checked too.
+   opcode, payload_len mismatch, bad range, bad syndrome, reserved flag bits set, SACK bitmap across
+   the PSN wrap) and the pull pacer's flags (WANTS_PULL, PULLED, PULL) and ACK field (pull_seq)
+   are written to a pcap from Python and decoded by tshark with the dissector: tshark must not fail
+   or raise a Lua error, every malformed packet must carry the expected expert info
+   (metaroce.expert.*) and well-formed ones none, the new flags and pull_seq must show their values
+   (fields, tree, Info); the dissector's port preference is checked too.
 2. Real traffic: brings up a namespace fabric (tools/fabric/mrfabric, 2 hosts x 2 planes x 2
    spines, name "mrws"), captures with tshark on host 0's link in each plane's leaf namespace (the
    host's AF_XDP sockets bypass the kernel's packet taps inside the host namespace, so the host's
@@ -51,8 +53,9 @@ OPCODES = {0x01: "WRITE", 0x02: "WRITE_IMM", 0x03: "SEND", 0x04: "SEND_IMM", 0x1
 SYNDROMES = {0: "ACK", 1: "RNR_NAK", 2: "SEQ_ERR_NAK", 3: "REM_ACCESS_NAK", 4: "INV_REQ_NAK",
              5: "REM_OP_NAK"}
 FLAG_BITS = [("ack_req", 0x0001), ("retransmit", 0x0002), ("filler", 0x0004),
-             ("delayed_ack", 0x0010), ("probe_reply", 0x0020)]
-RESERVED_FLAGS = 0xffc8
+             ("wants_pull", 0x0008), ("delayed_ack", 0x0010), ("probe_reply", 0x0020),
+             ("pulled", 0x0040), ("pull", 0x0080)]
+RESERVED_FLAGS = 0xff00
 EXPERTS = ["truncated", "bad_version", "bad_opcode", "length_mismatch", "bad_range",
            "bad_syndrome", "reserved_nonzero"]
 
@@ -72,7 +75,7 @@ FIELDS = (
      ("metaroce.data.imm", "int"), ("metaroce.payload", "bytes"),
      ("metaroce.ack.cum_psn", "int"), ("metaroce.ack.ack_psn", "int"),
      ("metaroce.ack.ce_count", "int"), ("metaroce.ack.window_hint", "int"),
-     ("metaroce.ack.syndrome", "int"), ("metaroce.ack.reserved0", "int"),
+     ("metaroce.ack.syndrome", "int"), ("metaroce.ack.pull_seq", "int"),
      ("metaroce.ack.rnr_delay_us", "int"), ("metaroce.ack.msg_seq", "int"),
      ("metaroce.ack.sack", "bytes"), ("metaroce.ack.sack.count", "int"),
      ("metaroce.ack.sack.psn", "int"), ("metaroce.ack.sack.ranges", "str")] +
@@ -152,14 +155,13 @@ def expect(udp_payload):
             put("metaroce.payload", b[hlen:].hex())
         info = [OPCODES[opcode]] + info + ["psn=%d" % psn, "len=%d" % plen]
     elif opcode == 0x10:
-        cum, ack_psn, ce, win, syn, res0, rnr, msg_seq = struct.unpack_from("!IIIIBBHI", b, 24)
+        cum, ack_psn, ce, win, syn, pull_seq, rnr, msg_seq = struct.unpack_from(
+            "!IIIIBBHI", b, 24)
         sack = b[48:80]
         for name, v in [("cum_psn", cum), ("ack_psn", ack_psn), ("ce_count", ce),
-                        ("window_hint", win), ("syndrome", syn), ("reserved0", res0),
+                        ("window_hint", win), ("syndrome", syn), ("pull_seq", pull_seq),
                         ("rnr_delay_us", rnr), ("msg_seq", msg_seq)]:
             put("metaroce.ack." + name, v)
-        if res0 != 0:
-            put("metaroce.expert.reserved_nonzero", True)
         if syn > 5:
             put("metaroce.expert.bad_syndrome", True)
         put("metaroce.ack.sack", sack.hex())
@@ -250,9 +252,9 @@ def data_hdr(msg_seq=5, msg_len=12288, offset=8192, rkey=0x5a5a0100, addr=0x0000
     return struct.pack("!IIIIQII", msg_seq, msg_len, offset, rkey, addr, recv_seq, imm)
 
 
-def ack_hdr(cum=41, ack_psn=44, ce=3, win=131072, syn=0, res0=0, rnr=0, msg_seq=0,
+def ack_hdr(cum=41, ack_psn=44, ce=3, win=131072, syn=0, pull_seq=0, rnr=0, msg_seq=0,
             sack=b"\x05" + bytes(31)):
-    return struct.pack("!IIIIBBHI", cum, ack_psn, ce, win, syn, res0, rnr, msg_seq) + sack
+    return struct.pack("!IIIIBBHI", cum, ack_psn, ce, win, syn, pull_seq, rnr, msg_seq) + sack
 
 
 # ---------------------------------------------------------------- tshark and comparison
@@ -371,7 +373,18 @@ def crafted_test(ts, tmp):
          ["bad_range"]),
         ("bad syndrome 9", base_hdr(0x10) + ack_hdr(syn=9), ["bad_syndrome"]),
         ("reserved flag bits", base_hdr(0x11, flags=0x8008), ["reserved_nonzero"]),
-        ("reserved0 set", base_hdr(0x10) + ack_hdr(res0=1), ["reserved_nonzero"]),
+        ("reserved flag bit 14", base_hdr(0x10, flags=0x4000) + ack_hdr(), ["reserved_nonzero"]),
+        # The pull pacer (congestion.md section 6): a data packet that asks for a pull and was
+        # sent on one, a pull with the ACK of the asking packet, a deferred pull on its own.
+        ("WANTS_PULL | PULLED", base_hdr(0x01, flags=0x0048, plen=64) +
+         data_hdr(msg_len=64, offset=0) + bytes(64), []),
+        ("ACK with PULL, pull_seq 200", base_hdr(0x10, flags=0x0080) + ack_hdr(pull_seq=200),
+         []),
+        ("deferred pull, pull_seq 255", base_hdr(0x10, flags=0x0090) +
+         ack_hdr(pull_seq=255, sack=bytes(32)), []),
+        ("RNR NAK with pull_seq 7", base_hdr(0x10) +
+         ack_hdr(syn=1, pull_seq=7, rnr=20, msg_seq=3, sack=bytes(32)), []),
+        ("every flag bit", base_hdr(0x11, flags=0xffff), ["reserved_nonzero"]),
     ]
     pcap = os.path.join(tmp, "crafted.pcap")
     write_pcap(pcap, [udp_frame(payload) for _, payload, _ in cases])
@@ -385,20 +398,42 @@ def crafted_test(ts, tmp):
         have = sorted(x for x in EXPERTS if got["metaroce.expert." + x])
         if have != sorted(experts):
             problems.append("crafted %r: expert infos %s, expected %s" % (desc, have, experts))
-    # Values from the spec's worked examples, spelled out rather than parsed.
+    # Values from the spec's worked examples and the pull cases, spelled out rather than parsed.
     w, a = shown.get(1, {}), shown.get(2, {})
+    index = {desc: i + 1 for i, (desc, _, _) in enumerate(cases)}
+    wp = shown.get(index["WANTS_PULL | PULLED"], {})
+    pl = shown.get(index["ACK with PULL, pull_seq 200"], {})
+    dp = shown.get(index["deferred pull, pull_seq 255"], {})
+    allf = shown.get(index["every flag bit"], {})
     golden = [(w, "metaroce.base.token", "0x0123456789abcdef"),
               (w, "metaroce.data.remote_addr", "0x00007f0000102000"),
               (w, "metaroce.data.rkey", "0x5a5a0100"), (w, "metaroce.data.msg_len", "12288"),
               (a, "metaroce.ack.sack.psn", "42;44"), (a, "metaroce.ack.cum_psn", "41"),
-              (a, "metaroce.ack.window_hint", "131072")]
+              (a, "metaroce.ack.window_hint", "131072"), (a, "metaroce.ack.pull_seq", "0"),
+              (wp, "metaroce.base.flags.wants_pull", "1"),
+              (wp, "metaroce.base.flags.pulled", "1"), (wp, "metaroce.base.flags.pull", "0"),
+              (wp, "metaroce.base.flags.reserved", "0x0000"),
+              (pl, "metaroce.base.flags.pull", "1"), (pl, "metaroce.ack.pull_seq", "200"),
+              (pl, "metaroce.base.flags.delayed_ack", "0"),
+              (dp, "metaroce.base.flags.pull", "1"), (dp, "metaroce.ack.pull_seq", "255"),
+              (dp, "metaroce.base.flags.delayed_ack", "1"),
+              (allf, "metaroce.base.flags.reserved", "0xff00")]
     for got, name, want in golden:
         if ";".join(got.get(name, [])) != want:
-            problems.append("spec example: %s is %r, spec says %s" % (name, got.get(name), want))
+            problems.append("spelled out: %s is %r, expected %s" % (name, got.get(name), want))
+    # The flag summary in the Info column names the new flags.
+    for desc, words in [("WANTS_PULL | PULLED", "[WANTS_PULL,PULLED]"),
+                        ("deferred pull, pull_seq 255", "[DELAYED_ACK,PULL]"),
+                        ("every flag bit", "[ACK_REQ,RETRANSMIT,FILLER,WANTS_PULL,DELAYED_ACK,"
+                         "PROBE_REPLY,PULLED,PULL]")]:
+        info = shown.get(index[desc], {}).get("_ws.col.Info", "")
+        if words not in info:
+            problems.append("crafted %r: Info %r lacks %s" % (desc, info, words))
     # Names in the tree, the whole tree printed without a Lua error or an exception.
     text = ts.run(["-r", pcap, "-V", "-O", "metaroce"])
     for needle in ["Opcode: WRITE (0x01)", "Opcode: ACK (0x10)", "Opcode: PROBE (0x11)",
-                   "Syndrome: RNR_NAK (1)", "= ACK_REQ", "= PROBE_REPLY",
+                   "Syndrome: RNR_NAK (1)", "= ACK_REQ", "= PROBE_REPLY", "= WANTS_PULL (",
+                   "= PULLED (", "= PULL (", "Pulls granted (mod 256): 200",
                    "Expert Info (Error/Malformed)", "Expert Info (Warning/Protocol)"]:
         if needle not in text:
             problems.append("tshark -V: %r not shown" % needle)

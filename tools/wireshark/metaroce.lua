@@ -12,8 +12,8 @@
 -- (metaroce.ack.sack.count, one metaroce.ack.sack.psn per acknowledged PSN, and
 -- metaroce.ack.sack.ranges). The parser's validity checks (spec section 9, checks 1-8) become
 -- expert infos (metaroce.expert.*): truncated, bad version, bad opcode, length mismatch, bad range
--- and bad syndrome are PI_MALFORMED errors; reserved bits or bytes that are not zero are
--- PI_PROTOCOL warnings. The dissector never reads outside the captured bytes, so a malformed or
+-- and bad syndrome are PI_MALFORMED errors; reserved flag bits that are set (bits 8-15) are a
+-- PI_PROTOCOL warning. The dissector never reads outside the captured bytes, so a malformed or
 -- truncated packet is flagged, not thrown on.
 --
 -- Usage:
@@ -57,15 +57,21 @@ local syndrome_names = {
 local FLAG_ACK_REQ = 0x0001
 local FLAG_RETRANSMIT = 0x0002
 local FLAG_FILLER = 0x0004
+local FLAG_WANTS_PULL = 0x0008
 local FLAG_DELAYED_ACK = 0x0010
 local FLAG_PROBE_REPLY = 0x0020
-local FLAG_RESERVED = 0xffc8  -- bit 3 and bits 6-15
+local FLAG_PULLED = 0x0040
+local FLAG_PULL = 0x0080
+local FLAG_RESERVED = 0xff00  -- bits 8-15
 local flag_list = {
   { FLAG_ACK_REQ, "ACK_REQ" },
   { FLAG_RETRANSMIT, "RETRANSMIT" },
   { FLAG_FILLER, "FILLER" },
+  { FLAG_WANTS_PULL, "WANTS_PULL" },
   { FLAG_DELAYED_ACK, "DELAYED_ACK" },
   { FLAG_PROBE_REPLY, "PROBE_REPLY" },
+  { FLAG_PULLED, "PULLED" },
+  { FLAG_PULL, "PULL" },
 }
 
 local f = {
@@ -79,14 +85,21 @@ local f = {
                                     "RETRANSMIT (sent before)", 16, nil, FLAG_RETRANSMIT),
   flag_filler = ProtoField.bool("metaroce.base.flags.filler", "FILLER (fills a PSN, no data)",
                                 16, nil, FLAG_FILLER),
+  flag_wants_pull = ProtoField.bool("metaroce.base.flags.wants_pull",
+                                    "WANTS_PULL (more data waiting, asks for a pull)", 16, nil,
+                                    FLAG_WANTS_PULL),
   flag_delayed_ack = ProtoField.bool("metaroce.base.flags.delayed_ack",
                                      "DELAYED_ACK (delayed-ACK timer, no RTT sample)", 16, nil,
                                      FLAG_DELAYED_ACK),
   flag_probe_reply = ProtoField.bool("metaroce.base.flags.probe_reply",
                                      "PROBE_REPLY (answers the PROBE ack_psn)", 16, nil,
                                      FLAG_PROBE_REPLY),
-  -- flags & 0xffc8, unshifted (a masked field would be shifted down by 3 bits).
-  flag_reserved = ProtoField.uint16("metaroce.base.flags.reserved", "Reserved bits (mask 0xffc8)",
+  flag_pulled = ProtoField.bool("metaroce.base.flags.pulled", "PULLED (sent on a pull)", 16, nil,
+                                FLAG_PULLED),
+  flag_pull = ProtoField.bool("metaroce.base.flags.pull",
+                              "PULL (grants one more new data packet)", 16, nil, FLAG_PULL),
+  -- flags & 0xff00, unshifted (a masked field would be shifted down by 8 bits).
+  flag_reserved = ProtoField.uint16("metaroce.base.flags.reserved", "Reserved bits (mask 0xff00)",
                                     base.HEX),
   dest_conn = ProtoField.uint32("metaroce.base.dest_conn", "Destination connection", base.DEC),
   path_id = ProtoField.uint16("metaroce.base.path_id", "Path ID", base.DEC),
@@ -110,7 +123,7 @@ local f = {
   ce_count = ProtoField.uint32("metaroce.ack.ce_count", "CE count", base.DEC),
   window_hint = ProtoField.uint32("metaroce.ack.window_hint", "Window hint (bytes)", base.DEC),
   syndrome = ProtoField.uint8("metaroce.ack.syndrome", "Syndrome", base.DEC, syndrome_names),
-  reserved0 = ProtoField.uint8("metaroce.ack.reserved0", "Reserved", base.HEX),
+  pull_seq = ProtoField.uint8("metaroce.ack.pull_seq", "Pulls granted (mod 256)", base.DEC),
   rnr_delay_us = ProtoField.uint16("metaroce.ack.rnr_delay_us", "RNR delay (us)", base.DEC),
   ack_msg_seq = ProtoField.uint32("metaroce.ack.msg_seq", "Message sequence (NAK)", base.DEC),
   sack = ProtoField.bytes("metaroce.ack.sack", "SACK bitmap"),
@@ -120,14 +133,14 @@ local f = {
 }
 metaroce.fields = {
   f.version, f.opcode, f.flags, f.flag_ack_req, f.flag_retransmit, f.flag_filler,
-  f.flag_delayed_ack, f.flag_probe_reply, f.flag_reserved, f.dest_conn, f.path_id,
-  f.payload_len, f.psn, f.token,
+  f.flag_wants_pull, f.flag_delayed_ack, f.flag_probe_reply, f.flag_pulled, f.flag_pull,
+  f.flag_reserved, f.dest_conn, f.path_id, f.payload_len, f.psn, f.token,
   f.msg_seq, f.msg_len, f.offset, f.rkey, f.remote_addr, f.recv_seq, f.imm, f.payload,
-  f.cum_psn, f.ack_psn, f.ce_count, f.window_hint, f.syndrome, f.reserved0, f.rnr_delay_us,
+  f.cum_psn, f.ack_psn, f.ce_count, f.window_hint, f.syndrome, f.pull_seq, f.rnr_delay_us,
   f.ack_msg_seq, f.sack, f.sack_count, f.sack_psn, f.sack_ranges,
 }
 
--- Expert infos: the parser's refusal reasons (spec section 9) and reserved-field warnings.
+-- Expert infos: the parser's refusal reasons (spec section 9) and the reserved-flags warning.
 local e = {
   truncated = ProtoExpert.new("metaroce.expert.truncated", "Truncated MetaRoCE packet",
                               expert.group.MALFORMED, expert.severity.ERROR),
@@ -200,8 +213,11 @@ local function dissect_base(tvb, tree, caplen)
     fi:add(f.flag_ack_req, tvb(2, 2))
     fi:add(f.flag_retransmit, tvb(2, 2))
     fi:add(f.flag_filler, tvb(2, 2))
+    fi:add(f.flag_wants_pull, tvb(2, 2))
     fi:add(f.flag_delayed_ack, tvb(2, 2))
     fi:add(f.flag_probe_reply, tvb(2, 2))
+    fi:add(f.flag_pulled, tvb(2, 2))
+    fi:add(f.flag_pull, tvb(2, 2))
     local reserved = bit.band(tvb(2, 2):uint(), FLAG_RESERVED)
     local ri = fi:add(f.flag_reserved, tvb(2, 2), reserved)
     if reserved ~= 0 then
@@ -236,10 +252,7 @@ local function dissect_ack(tvb, tree)
   st:add(f.ce_count, tvb(o + 8, 4))
   st:add(f.window_hint, tvb(o + 12, 4))
   st:add(f.syndrome, tvb(o + 16, 1))
-  local ri = st:add(f.reserved0, tvb(o + 17, 1))
-  if tvb(o + 17, 1):uint() ~= 0 then
-    ri:add_proto_expert_info(e.reserved, "reserved0 is not zero")
-  end
+  st:add(f.pull_seq, tvb(o + 17, 1))
   st:add(f.rnr_delay_us, tvb(o + 18, 2))
   st:add(f.ack_msg_seq, tvb(o + 20, 4))
 
