@@ -347,6 +347,9 @@ void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint
   wire::Packet a;
   a.opcode = wire::Opcode::kAck;
   a.flags = flags | (pull_owed_ ? wire::flags::kPull : 0);
+  if (conn_.budget_ != nullptr && conn_.budget_->pacer().enabled()) {
+    a.flags |= wire::flags::kPulling;
+  }
   pull_owed_ = false;
   a.ack.pull_seq = pulls_granted_;
   a.dest_conn = cfg_.remote_conn_id;

@@ -689,6 +689,9 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   // §6: pull_seq counts the pulls granted, so a lost ACK's pull comes with the next ACK, and a
   // copy or an ACK overtaken by a newer one adds none.
   const auto take_pull = [&] {
+    // A responder that pulls says so in every ACK: a paced connection is clocked from its first
+    // ACK, not from its first pull, which waits behind every other requester's.
+    if ((ack.flags & wire::flags::kPulling) && Paced()) pull_seen_ = true;
     const uint8_t fresh = static_cast<uint8_t>(ack.ack.pull_seq - pull_seq_seen_);
     if (fresh == 0 || fresh >= 128) return;
     pull_seq_seen_ = ack.ack.pull_seq;

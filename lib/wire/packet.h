@@ -76,8 +76,10 @@ inline constexpr uint16_t kPulled = 1u << 6;
 // ACK: carries a pull this responder just granted (its pull_seq counts it): the requester may send
 // one more new data packet on this connection (§6).
 inline constexpr uint16_t kPull = 1u << 7;
+// ACK: the responder pulls: a paced requester sends its new data on pulls from now on (§6).
+inline constexpr uint16_t kPulling = 1u << 8;
 inline constexpr uint16_t kKnownMask = kAckRequest | kRetransmit | kFiller | kWantsPull |
-                                       kDelayedAck | kProbeReply | kPulled | kPull;
+                                       kDelayedAck | kProbeReply | kPulled | kPull | kPulling;
 }  // namespace flags
 
 // AckHeader.syndrome: ACK, or the reason a packet was refused (NAK).
