@@ -54,8 +54,9 @@ SYNDROMES = {0: "ACK", 1: "RNR_NAK", 2: "SEQ_ERR_NAK", 3: "REM_ACCESS_NAK", 4: "
              5: "REM_OP_NAK"}
 FLAG_BITS = [("ack_req", 0x0001), ("retransmit", 0x0002), ("filler", 0x0004),
              ("wants_pull", 0x0008), ("delayed_ack", 0x0010), ("probe_reply", 0x0020),
-             ("pulled", 0x0040), ("pull", 0x0080)]
-RESERVED_FLAGS = 0xff00
+             ("pulled", 0x0040), ("pull", 0x0080),
+         ("pulling", 0x0100)]
+RESERVED_FLAGS = 0xfe00
 EXPERTS = ["truncated", "bad_version", "bad_opcode", "length_mismatch", "bad_range",
            "bad_syndrome", "reserved_nonzero"]
 
@@ -380,7 +381,7 @@ def crafted_test(ts, tmp):
          data_hdr(msg_len=64, offset=0) + bytes(64), []),
         ("ACK with PULL, pull_seq 200", base_hdr(0x10, flags=0x0080) + ack_hdr(pull_seq=200),
          []),
-        ("deferred pull, pull_seq 255", base_hdr(0x10, flags=0x0090) +
+        ("deferred pull, pull_seq 255", base_hdr(0x10, flags=0x0190) +
          ack_hdr(pull_seq=255, sack=bytes(32)), []),
         ("RNR NAK with pull_seq 7", base_hdr(0x10) +
          ack_hdr(syn=1, pull_seq=7, rnr=20, msg_seq=3, sack=bytes(32)), []),
@@ -417,15 +418,16 @@ def crafted_test(ts, tmp):
               (pl, "metaroce.base.flags.delayed_ack", "0"),
               (dp, "metaroce.base.flags.pull", "1"), (dp, "metaroce.ack.pull_seq", "255"),
               (dp, "metaroce.base.flags.delayed_ack", "1"),
-              (allf, "metaroce.base.flags.reserved", "0xff00")]
+              (dp, "metaroce.base.flags.pulling", "1"), (pl, "metaroce.base.flags.pulling", "0"),
+              (allf, "metaroce.base.flags.reserved", "0xfe00")]
     for got, name, want in golden:
         if ";".join(got.get(name, [])) != want:
             problems.append("spelled out: %s is %r, expected %s" % (name, got.get(name), want))
     # The flag summary in the Info column names the new flags.
     for desc, words in [("WANTS_PULL | PULLED", "[WANTS_PULL,PULLED]"),
-                        ("deferred pull, pull_seq 255", "[DELAYED_ACK,PULL]"),
+                        ("deferred pull, pull_seq 255", "[DELAYED_ACK,PULL,PULLING]"),
                         ("every flag bit", "[ACK_REQ,RETRANSMIT,FILLER,WANTS_PULL,DELAYED_ACK,"
-                         "PROBE_REPLY,PULLED,PULL]")]:
+                         "PROBE_REPLY,PULLED,PULL,PULLING]")]:
         info = shown.get(index[desc], {}).get("_ws.col.Info", "")
         if words not in info:
             problems.append("crafted %r: Info %r lacks %s" % (desc, info, words))
@@ -433,7 +435,7 @@ def crafted_test(ts, tmp):
     text = ts.run(["-r", pcap, "-V", "-O", "metaroce"])
     for needle in ["Opcode: WRITE (0x01)", "Opcode: ACK (0x10)", "Opcode: PROBE (0x11)",
                    "Syndrome: RNR_NAK (1)", "= ACK_REQ", "= PROBE_REPLY", "= WANTS_PULL (",
-                   "= PULLED (", "= PULL (", "Pulls granted (mod 256): 200",
+                   "= PULLED (", "= PULL (", "= PULLING (", "Pulls granted (mod 256): 200",
                    "Expert Info (Error/Malformed)", "Expert Info (Warning/Protocol)"]:
         if needle not in text:
             problems.append("tshark -V: %r not shown" % needle)

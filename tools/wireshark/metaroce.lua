@@ -12,7 +12,7 @@
 -- (metaroce.ack.sack.count, one metaroce.ack.sack.psn per acknowledged PSN, and
 -- metaroce.ack.sack.ranges). The parser's validity checks (spec section 9, checks 1-8) become
 -- expert infos (metaroce.expert.*): truncated, bad version, bad opcode, length mismatch, bad range
--- and bad syndrome are PI_MALFORMED errors; reserved flag bits that are set (bits 8-15) are a
+-- and bad syndrome are PI_MALFORMED errors; reserved flag bits that are set (bits 9-15) are a
 -- PI_PROTOCOL warning. The dissector never reads outside the captured bytes, so a malformed or
 -- truncated packet is flagged, not thrown on.
 --
@@ -62,7 +62,8 @@ local FLAG_DELAYED_ACK = 0x0010
 local FLAG_PROBE_REPLY = 0x0020
 local FLAG_PULLED = 0x0040
 local FLAG_PULL = 0x0080
-local FLAG_RESERVED = 0xff00  -- bits 8-15
+local FLAG_PULLING = 0x0100
+local FLAG_RESERVED = 0xfe00  -- bits 9-15
 local flag_list = {
   { FLAG_ACK_REQ, "ACK_REQ" },
   { FLAG_RETRANSMIT, "RETRANSMIT" },
@@ -72,6 +73,7 @@ local flag_list = {
   { FLAG_PROBE_REPLY, "PROBE_REPLY" },
   { FLAG_PULLED, "PULLED" },
   { FLAG_PULL, "PULL" },
+  { FLAG_PULLING, "PULLING" },
 }
 
 local f = {
@@ -98,8 +100,11 @@ local f = {
                                 FLAG_PULLED),
   flag_pull = ProtoField.bool("metaroce.base.flags.pull",
                               "PULL (grants one more new data packet)", 16, nil, FLAG_PULL),
-  -- flags & 0xff00, unshifted (a masked field would be shifted down by 8 bits).
-  flag_reserved = ProtoField.uint16("metaroce.base.flags.reserved", "Reserved bits (mask 0xff00)",
+  flag_pulling = ProtoField.bool("metaroce.base.flags.pulling",
+                                 "PULLING (the responder pulls: paced requesters send on pulls)", 16,
+                                 nil, FLAG_PULLING),
+  -- flags & 0xfe00, unshifted (a masked field would be shifted down by 9 bits).
+  flag_reserved = ProtoField.uint16("metaroce.base.flags.reserved", "Reserved bits (mask 0xfe00)",
                                     base.HEX),
   dest_conn = ProtoField.uint32("metaroce.base.dest_conn", "Destination connection", base.DEC),
   path_id = ProtoField.uint16("metaroce.base.path_id", "Path ID", base.DEC),
@@ -133,7 +138,7 @@ local f = {
 }
 metaroce.fields = {
   f.version, f.opcode, f.flags, f.flag_ack_req, f.flag_retransmit, f.flag_filler,
-  f.flag_wants_pull, f.flag_delayed_ack, f.flag_probe_reply, f.flag_pulled, f.flag_pull,
+  f.flag_wants_pull, f.flag_delayed_ack, f.flag_probe_reply, f.flag_pulled, f.flag_pull, f.flag_pulling,
   f.flag_reserved, f.dest_conn, f.path_id, f.payload_len, f.psn, f.token,
   f.msg_seq, f.msg_len, f.offset, f.rkey, f.remote_addr, f.recv_seq, f.imm, f.payload,
   f.cum_psn, f.ack_psn, f.ce_count, f.window_hint, f.syndrome, f.pull_seq, f.rnr_delay_us,
@@ -218,6 +223,7 @@ local function dissect_base(tvb, tree, caplen)
     fi:add(f.flag_probe_reply, tvb(2, 2))
     fi:add(f.flag_pulled, tvb(2, 2))
     fi:add(f.flag_pull, tvb(2, 2))
+    fi:add(f.flag_pulling, tvb(2, 2))
     local reserved = bit.band(tvb(2, 2):uint(), FLAG_RESERVED)
     local ri = fi:add(f.flag_reserved, tvb(2, 2), reserved)
     if reserved ~= 0 then
