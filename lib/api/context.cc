@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "lib/api/attached_backend.h"
@@ -86,6 +87,11 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
     return absl::InvalidArgumentError(absl::StrCat(
         "observed_event_depth ", options.observed_event_depth, " is out of range: 1..16777216"));
   }
+  if (!std::isfinite(options.pull_rate_gbps) || options.pull_rate_gbps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pull_rate_gbps ", options.pull_rate_gbps,
+        " is out of range: a rate in Gb/s >= 0 (0: no pulls)"));
+  }
   std::vector<io::IpAddress> addresses;
   for (size_t i = 0; i < options.planes.size(); ++i) {
     absl::StatusOr<io::IpAddress> a = io::IpAddress::Parse(options.planes[i].local_ip);
@@ -104,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   eo.spins_before_sleep = options.spins_before_sleep;
   eo.observed_event_depth = options.observed_event_depth;
   eo.receive_budget_bytes = options.receive_budget_bytes;
+  eo.pull_rate_gbps = options.pull_rate_gbps;
   eo.mtu = options.mtu;
   eo.max_datagram_bytes = static_cast<uint32_t>(
       std::max<size_t>(options.mtu + wire::kDataHeadersSize, wire::kMaxHeadersSize) + 64);

@@ -104,6 +104,14 @@ struct ContextOptions {
   // that its requesters may have together, shared as window hints by the connections sending to
   // it; split evenly among the engine's workers, each an endpoint of its own. 0: no hints.
   uint64_t receive_budget_bytes = 1u << 20;
+  // The host's receive rate in Gb/s, all planes' links together (wire bytes), at which its pull
+  // pacer clocks the requesters whose share of the budget is below one packet per path
+  // (docs/spec/congestion.md §6, lib/core/pull_pacer.h): thousands of senders into this host
+  // then send at the rate its links drain, not into its queues. Split evenly among the
+  // engine's workers like the budget. 0 (the default): no pulls; the embedding application
+  // knows its links' speed (metaroced: [daemon] pull_rate_gbps, auto from the interfaces').
+  // Finite, >= 0.
+  double pull_rate_gbps = 0;
 };
 
 struct ConnectOptions {

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "lib/wire/packet.h"
 
 namespace metaroce::engine {
 
@@ -23,6 +25,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   }
   if (options.max_datagram_bytes < 128 || options.handoff_slots == 0) {
     return absl::InvalidArgumentError("max_datagram_bytes must be >= 128 and handoff_slots > 0");
+  }
+  if (!std::isfinite(options.pull_rate_gbps) || options.pull_rate_gbps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pull_rate_gbps ", options.pull_rate_gbps, " must be a finite rate >= 0 (0: no pulls)"));
   }
   std::unique_ptr<Engine> e(new Engine(options));
   const bool inline_mode = options.workers == 0;
@@ -51,6 +57,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
             ? 0
             : std::max<uint64_t>(1, options.receive_budget_bytes / static_cast<uint64_t>(n));
     wo.receive_budget.mtu = options.mtu;
+    core::PullPacerConfig& pull = wo.receive_budget.pull;
+    pull.rate_gbps = options.pull_rate_gbps / n;
+    pull.pulled_packet_wire_bytes =
+        options.mtu + static_cast<uint32_t>(wire::kDataHeadersSize) + pull.wire_overhead_bytes;
     // Inline: the application answers between two iterations; its answer goes before our ACK.
     wo.defer_receive_acks = inline_mode;
     absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Create(wo, std::move(ports));

@@ -111,6 +111,12 @@ struct EngineOptions {
   // lib/core/receive_budget.h); 0: no hints. `mtu`: the connections' payload per packet.
   uint64_t receive_budget_bytes = 1u << 20;
   uint32_t mtu = 4096;
+  // The host's receive rate in Gb/s (its links together, wire bytes), the rate its pull pacer
+  // releases pulls at (lib/core/pull_pacer.h); 0: no pulls. Finite, >= 0. Split evenly among
+  // the workers like the budget: each worker's Endpoint is a shard of the host, and the shards'
+  // pacers together must not pull more than the links carry. A pull lets through one full
+  // packet: mtu + wire::kDataHeadersSize + the link's own 66 bytes on the wire.
+  double pull_rate_gbps = 0;
 };
 
 // A region of another process to register: its addresses there, its bytes mapped here.

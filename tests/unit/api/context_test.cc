@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/io/memory_port.h"
+#include "lib/wire/packet.h"
 
 namespace metaroce::api {
 namespace {
@@ -336,9 +337,36 @@ TEST(Context_Create, RefusesBadOptions) {
   o.workers = -1;
   EXPECT_EQ(Context::Create(o, fabric.Factory(true)).status().code(),
             absl::StatusCode::kInvalidArgument);
+  o = Options("198.18.0.1");
+  o.pull_rate_gbps = -1;
+  EXPECT_THAT(std::string(Context::Create(o, fabric.Factory(true)).status().message()),
+              HasSubstr("pull_rate_gbps"));
   // Memory ports come from a broker (or a factory); the context cannot make them up.
   o = Options("198.18.0.1");
   EXPECT_THAT(std::string(Context::Create(o).status().message()), HasSubstr("memory_broker"));
+}
+
+// The pull pacer's rate reaches the engine as given, split among its workers like the budget,
+// with pulls of the context's MTU; the default is no pulls (the host's links are the embedding
+// application's to know).
+TEST(Context_Create, PassesThePullRateToTheEngineWorkers) {
+  EXPECT_EQ(ContextOptions().pull_rate_gbps, 0);
+  MemoryFabric fabric(2);
+  ContextOptions o = Options("198.18.0.1");  // 2 workers, mtu 1024
+  o.pull_rate_gbps = 100;
+  o.receive_budget_bytes = 400000;
+  absl::StatusOr<std::unique_ptr<Context>> ctx = Context::Create(o, fabric.Factory(true));
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_EQ((*ctx)->options().pull_rate_gbps, 100);
+  for (int w = 0; w < 2; ++w) {
+    const core::ReceiveBudgetConfig b =
+        (*ctx)->engine().Call<core::ReceiveBudgetConfig>(w, [](engine::Worker& wk) {
+          return wk.endpoint().receive_budget().config();
+        });
+    EXPECT_EQ(b.budget_bytes, 200000u) << w;
+    EXPECT_EQ(b.pull.rate_gbps, 50) << w;
+    EXPECT_EQ(b.pull.pulled_packet_wire_bytes, 1024u + wire::kDataHeadersSize + 66) << w;
+  }
 }
 
 TEST_F(ContextTest, PollIsANoOpWithEngineThreads) {

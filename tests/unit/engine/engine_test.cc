@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -164,6 +166,76 @@ TEST(Engine_Create, RefusesBadOptionsAndFactoryErrors) {
     auto r = Engine::Create(o, none);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
     EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("worker 0 plane 0"));
+  }
+  // A pull rate that is no rate is refused before any port is made (InvalidArgument, not the
+  // factory's Unavailable).
+  o.workers = 1;
+  for (double rate : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    o.pull_rate_gbps = rate;
+    auto r = Engine::Create(o, none);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << rate;
+    EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("pull_rate_gbps"));
+  }
+}
+
+// Each worker's Endpoint is a shard of the host: it gets an even share of the receive budget and
+// of the pull pacer's rate (the shards' pacers together pull at the host's rate), and a pull
+// lets through one full packet of the engine's MTU: payload, MetaRoCE headers (56 bytes) and the
+// link's own 66 bytes.
+TEST(Engine_Create, SplitsTheReceiveBudgetAndThePullRateAmongWorkers) {
+  std::vector<std::unique_ptr<io::MemoryPort>> peers;  // the ports' other ends, kept open
+  auto factory = [&peers](int, int) -> absl::StatusOr<std::unique_ptr<io::PacketPort>> {
+    auto [mine, peer] = io::MemoryPort::CreatePair({}, {});
+    peers.push_back(std::move(peer));
+    return std::unique_ptr<io::PacketPort>(std::move(mine));
+  };
+  auto shard = [](Engine& e, int w) {
+    return e.Call<core::ReceiveBudgetConfig>(w, [](Worker& wk) {
+      const core::ReceiveBudget& b = wk.endpoint().receive_budget();
+      EXPECT_EQ(b.pacer().config().rate_gbps, b.config().pull.rate_gbps);  // the pacer runs it
+      return b.config();
+    });
+  };
+  EngineOptions o;
+  o.workers = 4;
+  o.receive_budget_bytes = uint64_t{1} << 20;
+  o.pull_rate_gbps = 200;
+  o.mtu = 1024;
+  {
+    auto e = Engine::Create(o, factory);
+    ASSERT_TRUE(e.ok()) << e.status();
+    for (int w = 0; w < 4; ++w) {
+      const core::ReceiveBudgetConfig b = shard(**e, w);
+      EXPECT_EQ(b.budget_bytes, 262144u) << w;
+      EXPECT_EQ(b.pull.rate_gbps, 50) << w;
+      EXPECT_EQ(b.pull.pulled_packet_wire_bytes, 1024u + 56 + 66) << w;
+      EXPECT_EQ(b.pull.pulled_packet_wire_bytes,
+                o.mtu + wire::kDataHeadersSize + b.pull.wire_overhead_bytes);
+    }
+  }
+  // Inline mode: one shard, the whole host.
+  o.workers = 0;
+  o.mtu = 4096;
+  {
+    auto e = Engine::Create(o, factory);
+    ASSERT_TRUE(e.ok()) << e.status();
+    const core::ReceiveBudgetConfig b = shard(**e, 0);
+    EXPECT_EQ(b.budget_bytes, uint64_t{1} << 20);
+    EXPECT_EQ(b.pull.rate_gbps, 200);
+    EXPECT_EQ(b.pull.pulled_packet_wire_bytes, 4096u + 56 + 66);
+  }
+  // 0: no pulls in any shard (the default: the engine cannot know the host's links).
+  EXPECT_EQ(EngineOptions().pull_rate_gbps, 0);
+  o.workers = 3;
+  o.pull_rate_gbps = 0;
+  {
+    auto e = Engine::Create(o, factory);
+    ASSERT_TRUE(e.ok()) << e.status();
+    for (int w = 0; w < 3; ++w) {
+      EXPECT_EQ(shard(**e, w).pull.rate_gbps, 0) << w;
+      EXPECT_FALSE((*e)->Call<bool>(
+          w, [](Worker& wk) { return wk.endpoint().receive_budget().pacer().enabled(); }));
+    }
   }
 }
 
