@@ -259,6 +259,25 @@ const std::vector<KeySpec>& Keys() {
          return SetUnsigned(v, 0, uint64_t{1} << 32, c.daemon.receive_budget_bytes);
        },
        [](const Config& c) { return absl::StrCat(c.daemon.receive_budget_bytes); }},
+      {"daemon", "pull_rate_gbps", false, false,
+       [](absl::string_view v, Config& c) -> absl::Status {
+         if (v == "auto") {
+           c.daemon.pull_rate_gbps.reset();
+           return absl::OkStatus();
+         }
+         double d = 0;
+         if (!absl::SimpleAtod(v, &d) || !std::isfinite(d) ||
+             (d != 0 && (d < kMinPullRateGbps || d > kMaxPullRateGbps))) {
+           return Bad(absl::StrCat("'", v, "' is not a rate in Gb/s in ", kMinPullRateGbps, "..",
+                                   kMaxPullRateGbps, " (0: no pulls), or auto"));
+         }
+         c.daemon.pull_rate_gbps = d == 0 ? 0.0 : d;  // "-0" is 0
+         return absl::OkStatus();
+       },
+       [](const Config& c) {
+         return c.daemon.pull_rate_gbps ? absl::StrCat(*c.daemon.pull_rate_gbps)
+                                        : std::string("auto");
+       }},
       {"limits", "max_connections", true, false,
        [](absl::string_view v, Config& c) {
          return SetUnsigned(v, 1, 1u << 20, c.limits.max_connections);

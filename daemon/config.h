@@ -2,7 +2,8 @@
 // line overrides, and what a reload (SIGHUP) changes.
 //
 //   [daemon]  interfaces, local_ips, port_kind, udp_port, control_port, control_bind, socket,
-//             socket_group, workers, cpus, log_format, metrics_listen, observed_event_depth
+//             socket_group, workers, cpus, log_format, metrics_listen, observed_event_depth,
+//             receive_budget_bytes, pull_rate_gbps
 //   [limits]  max_connections, max_paths, max_memory
 //   [paths]   rotation_holddown_ms, degraded_hold_ms, rotations_per_second, rotation_burst
 //
@@ -24,6 +25,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,11 @@ struct DaemonSettings {
   // The host's receive budget (api::ContextOptions::receive_budget_bytes): bytes in flight
   // toward this host its requesters share as window hints (docs/spec/congestion.md §5.2); 0: off.
   uint64_t receive_budget_bytes = 1u << 20;
+  // The host's receive rate for its pull pacer (api::ContextOptions::pull_rate_gbps), Gb/s;
+  // 0: no pulls. Unset: `auto`, the speed of the interfaces served, read when the daemon starts
+  // (daemon.h, ResolvePullRate): the host's rate is its links', which the kernel knows and an
+  // administrator should not have to repeat.
+  std::optional<double> pull_rate_gbps;
 };
 
 // [limits]: reloadable.
@@ -103,6 +110,10 @@ inline constexpr uint32_t kAutoPathsPerConnection = 8;
 inline constexpr uint32_t kAutoEventsPerPath = 4;
 inline constexpr uint32_t kMinAutoObservedEventDepth = 1024;
 inline constexpr uint32_t kMaxObservedEventDepth = uint32_t{1} << 24;
+// pull_rate_gbps's bounds, other than 0 (off): 10 Mb/s to 100 Tb/s, every plane together. A
+// rate far below the links' would starve the requesters it clocks.
+inline constexpr double kMinPullRateGbps = 0.01;
+inline constexpr double kMaxPullRateGbps = 100000;
 // The depth the daemon asks for: observed_event_depth, or `auto`'s.
 uint32_t ObservedEventDepth(const Config& config);
 

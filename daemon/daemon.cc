@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <bpf/libbpf.h>
+#include <fcntl.h>
 #include <linux/if_link.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,7 +16,9 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/build_info.h"
@@ -133,7 +136,54 @@ void CopyMembers(const Json& from, Json& to, absl::string_view except) {
 
 }  // namespace
 
-api::ContextOptions ContextOptionsFrom(const Config& config) {
+absl::StatusOr<int64_t> ReadLinkSpeedMbps(const std::string& ifname) {
+  const std::string path = absl::StrCat("/sys/class/net/", ifname, "/speed");
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    return absl::ErrnoToStatus(err, absl::StrCat("cannot open ", path));
+  }
+  char buf[32];
+  ssize_t n;
+  do {
+    n = read(fd, buf, sizeof(buf) - 1);
+  } while (n < 0 && errno == EINTR);
+  const int err = errno;
+  close(fd);
+  // EINVAL here, not at open: the devices without a speed (lo, ifb, some virtual ones).
+  if (n < 0) return absl::ErrnoToStatus(err, absl::StrCat("cannot read ", path));
+  const absl::string_view text = absl::StripAsciiWhitespace(absl::string_view(buf, n));
+  int64_t mbps = 0;
+  if (!absl::SimpleAtoi(text, &mbps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " holds '", text, "', not a speed in Mb/s"));
+  }
+  return mbps;
+}
+
+PullRate ResolvePullRate(const DaemonSettings& daemon, const LinkSpeedReader& read_speed) {
+  if (daemon.pull_rate_gbps) return {*daemon.pull_rate_gbps, "config"};
+  int64_t total_mbps = 0;
+  std::vector<std::string> parts;
+  for (const std::string& ifname : daemon.interfaces) {
+    absl::StatusOr<int64_t> mbps = read_speed(ifname);
+    if (!mbps.ok()) {
+      return {0, absl::StrCat("auto: ", ifname, ": ", mbps.status().message(),
+                              ": speed unknown, pulls off")};
+    }
+    if (*mbps <= 0) {
+      return {0, absl::StrCat("auto: ", ifname, " reports speed ", *mbps,
+                              " (unknown, e.g. veth or link down): pulls off")};
+    }
+    total_mbps += *mbps;
+    parts.push_back(absl::StrCat(ifname, " ", *mbps, " Mb/s"));
+  }
+  if (parts.empty()) return {0, "auto: no interfaces: pulls off"};
+  return {static_cast<double>(total_mbps) / 1000,
+          absl::StrCat("auto: ", absl::StrJoin(parts, " + "))};
+}
+
+api::ContextOptions ContextOptionsFrom(const Config& config, const PullRate& pull) {
   api::ContextOptions o;
   const DaemonSettings& d = config.daemon;
   for (size_t p = 0; p < d.interfaces.size(); ++p) {
@@ -150,6 +200,7 @@ api::ContextOptions ContextOptionsFrom(const Config& config) {
   o.mtu = 0;  // the largest every plane's interface carries
   o.observed_event_depth = ObservedEventDepth(config);
   o.receive_budget_bytes = d.receive_budget_bytes;
+  o.pull_rate_gbps = pull.gbps;
   return o;
 }
 
@@ -225,8 +276,9 @@ absl::Status Daemon::StartParts() {
   std::vector<std::string> refusals = PreflightRefusals(c, GatherPreflightFacts(c));
   if (!refusals.empty()) return absl::FailedPreconditionError(absl::StrJoin(refusals, "\n"));
 
+  pull_rate_ = ResolvePullRate(c.daemon);
   absl::StatusOr<std::unique_ptr<api::Context>> context =
-      api::Context::Create(ContextOptionsFrom(c));
+      api::Context::Create(ContextOptionsFrom(c, pull_rate_));
   if (!context.ok()) return context.status();
   context_ = *std::move(context);
   port_descriptions_.assign(c.daemon.interfaces.size(), {});
@@ -296,6 +348,18 @@ absl::Status Daemon::StartParts() {
       std::string(*versions.Find("kernel")->AsString()), ", libbpf ", std::string(*versions.Find("libbpf")->AsString()),
       ", libxdp ", std::string(*versions.Find("libxdp")->AsString()), ", liburing ",
       std::string(*versions.Find("liburing")->AsString())));
+  if (pull_rate_.gbps > 0) {
+    log_.Info(absl::StrCat("pull pacer at ", pull_rate_.gbps, " Gb/s (", pull_rate_.source,
+                           "), ", pull_rate_.gbps / std::max(c.daemon.workers, 1),
+                           " Gb/s per worker"));
+  } else if (c.daemon.pull_rate_gbps) {
+    log_.Info("pull pacer off (pull_rate_gbps = 0)");
+  } else {
+    // The incasts the pacer holds at the links' rate run into the host's queues instead.
+    log_.Warning(absl::StrCat("pull_rate_gbps ", pull_rate_.source,
+                              "; set it in [daemon] to the host's receive rate (Gb/s, every "
+                              "interface together) to pace many senders"));
+  }
   if (metrics_ != nullptr) {
     absl::StatusOr<ListenAddress> a = ParseListenAddress(c.daemon.metrics_listen);
     log_.Info(absl::StrCat("metrics at http://", metrics_->address(), "/metrics"));
@@ -451,6 +515,9 @@ absl::StatusOr<Json> Daemon::ShowDaemon(const Json& params) {
   j["control_port"] = connections_->control_port();
   j["workers"] = c.daemon.workers;
   j["observed_event_depth"] = context_->options().observed_event_depth;
+  j["receive_budget_bytes"] = context_->options().receive_budget_bytes;
+  j["pull_rate_gbps"] = context_->options().pull_rate_gbps;
+  j["pull_rate_source"] = pull_rate_.source;
   j["versions"] = Versions();
   Json& f = j["features"] = Json::MakeObject();
   f["zero_copy"] = features_.zero_copy;

@@ -41,6 +41,8 @@
 // server's thread, CollectMetrics on the metrics server's.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -75,9 +77,28 @@ PortFeatures FeaturesFromDescriptions(const std::vector<std::string>& descriptio
 // The policy a config's [paths] section sets.
 PathPolicy PathPolicyFrom(const PathSettings& paths);
 ConnectionLimits ConnectionLimitsFrom(const LimitSettings& limits);
-// The daemon's Context: the config's interfaces, port kind, workers, and the observer rings'
-// depth (ObservedEventDepth).
-api::ContextOptions ContextOptionsFrom(const Config& config);
+// The rate the host's pull pacer runs at ([daemon] pull_rate_gbps, `auto` resolved) and where
+// it came from, as the start-up log and daemon.show say it.
+struct PullRate {
+  double gbps = 0;     // the host's, all workers together; 0: no pulls
+  std::string source;  // "config", "auto: eth0 100000 Mb/s", "auto: veth0 reports speed -1 ..."
+};
+// An interface's link speed in Mb/s as the kernel reports it (/sys/class/net/IF/speed). Errors:
+// the file cannot be read (no such interface in the namespace that mounted sysfs; EINVAL from
+// devices without a speed, such as lo) or holds no integer. -1 (unknown: veth in some kernels,
+// a link that is down) is returned as read: the caller judges it.
+absl::StatusOr<int64_t> ReadLinkSpeedMbps(const std::string& ifname);
+using LinkSpeedReader = std::function<absl::StatusOr<int64_t>(const std::string& ifname)>;
+// A number in the config is taken as it is. `auto`: the speeds of the interfaces served added
+// up (every plane's link receives: two planes of 100 Gb/s are a 200 Gb/s host), read through
+// `read_speed`. Any interface whose speed is unreadable or not positive turns pulls off, the
+// source saying which and why: a rate made up from the others would pace the host below or
+// above its links, and without pulls the host still has its receive budget's hints.
+PullRate ResolvePullRate(const DaemonSettings& daemon,
+                         const LinkSpeedReader& read_speed = ReadLinkSpeedMbps);
+// The daemon's Context: the config's interfaces, port kind, workers, the observer rings' depth
+// (ObservedEventDepth), the receive budget, and the pull pacer at `pull` (ResolvePullRate).
+api::ContextOptions ContextOptionsFrom(const Config& config, const PullRate& pull);
 AppLimits AppLimitsFrom(const LimitSettings& limits);
 
 class Daemon {
@@ -123,6 +144,7 @@ class Daemon {
   SdNotifier& notifier_;
   const absl::Time started_ = absl::Now();
   PortFeatures features_;
+  PullRate pull_rate_;  // resolved at start (daemon.show)
   std::vector<std::vector<std::string>> port_descriptions_;  // [plane][worker]
   bool stopped_ = false;
 

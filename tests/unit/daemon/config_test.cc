@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -51,6 +52,8 @@ TEST(Config, Defaults) {
   EXPECT_EQ(FormatConfigValue(k, "metrics_listen"), "off");
   EXPECT_EQ(k.daemon.observed_event_depth, 0u);  // auto
   EXPECT_EQ(FormatConfigValue(k, "observed_event_depth"), "auto");
+  EXPECT_FALSE(k.daemon.pull_rate_gbps.has_value());  // auto
+  EXPECT_EQ(FormatConfigValue(k, "pull_rate_gbps"), "auto");
   EXPECT_EQ(k.limits.max_connections, 4096u);
   EXPECT_EQ(k.limits.max_paths, 256);
   EXPECT_EQ(k.limits.max_memory_bytes, uint64_t{1} << 30);
@@ -78,6 +81,7 @@ cpus = 0,2-3
 log_format = json
 metrics_listen = 127.0.0.1:9469
 observed_event_depth = 5000
+pull_rate_gbps = 12.5
 
 [limits]
 max_connections = 10
@@ -105,6 +109,7 @@ rotation_burst = 3
   EXPECT_EQ(k.daemon.metrics_listen, "127.0.0.1:9469");
   EXPECT_EQ(k.daemon.observed_event_depth, 5000u);
   EXPECT_EQ(ObservedEventDepth(k), 5000u);  // as given: the engine rounds it up
+  EXPECT_EQ(k.daemon.pull_rate_gbps, 12.5);
   EXPECT_EQ(k.limits.max_connections, 10u);
   EXPECT_EQ(k.limits.max_paths, 16);
   EXPECT_EQ(k.limits.max_memory_bytes, uint64_t{64} << 20);
@@ -207,6 +212,21 @@ TEST(Config, BadValues) {
        "observed_event_depth: 16777217 is not in 1..16777216 (events per worker), or auto"},
       {"observed_event_depth = big",
        "observed_event_depth: 'big' is not an integer in 1..16777216 (events per worker), or "
+       "auto"},
+      {"pull_rate_gbps = fast",
+       "pull_rate_gbps: 'fast' is not a rate in Gb/s in 0.01..100000 (0: no pulls), or auto"},
+      {"pull_rate_gbps = -1",
+       "pull_rate_gbps: '-1' is not a rate in Gb/s in 0.01..100000 (0: no pulls), or auto"},
+      {"pull_rate_gbps = 0.001",
+       "pull_rate_gbps: '0.001' is not a rate in Gb/s in 0.01..100000 (0: no pulls), or auto"},
+      {"pull_rate_gbps = 100001",
+       "pull_rate_gbps: '100001' is not a rate in Gb/s in 0.01..100000 (0: no pulls), or auto"},
+      {"pull_rate_gbps = nan",
+       "pull_rate_gbps: 'nan' is not a rate in Gb/s in 0.01..100000 (0: no pulls), or auto"},
+      {"pull_rate_gbps = inf",
+       "pull_rate_gbps: 'inf' is not a rate in Gb/s in 0.01..100000 (0: no pulls), or auto"},
+      {"pull_rate_gbps = 100 Gb/s",
+       "pull_rate_gbps: '100 Gb/s' is not a rate in Gb/s in 0.01..100000 (0: no pulls), or "
        "auto"},
       {"metrics_listen = 9469",
        "metrics_listen: '9469' is not IP:PORT (e.g. 127.0.0.1:9469 or [::1]:9469; off: no "
@@ -445,6 +465,26 @@ TEST(Config, AutoObservedEventDepthFollowsMaxConnections) {
   EXPECT_EQ(a.config.daemon.observed_event_depth, 0u);
 }
 
+// pull_rate_gbps: auto (the interfaces' speeds, read at start: daemon.h), a rate in Gb/s, or 0
+// for no pulls; each written back as read.
+TEST(Config, PullRateIsAutoARateOrZero) {
+  for (const char* value : {"auto", "100", "0", "400", "0.01", "100000", "2.5"}) {
+    LoadedConfig c = Parse(WithInterfaces(absl::StrCat("pull_rate_gbps = ", value, "\n")));
+    ASSERT_TRUE(c.ok()) << value << ": " << ::testing::PrintToString(c.errors);
+    EXPECT_EQ(FormatConfigValue(c.config, "pull_rate_gbps"), value);
+  }
+  EXPECT_FALSE(Parse(WithInterfaces("pull_rate_gbps = auto\n")).config.daemon.pull_rate_gbps);
+  EXPECT_EQ(Parse(WithInterfaces("pull_rate_gbps = 100\n")).config.daemon.pull_rate_gbps, 100);
+  EXPECT_EQ(Parse(WithInterfaces("pull_rate_gbps = 0\n")).config.daemon.pull_rate_gbps, 0);
+  EXPECT_EQ(FormatConfigValue(Parse(WithInterfaces("pull_rate_gbps = -0\n")).config,
+                              "pull_rate_gbps"),
+            "0");
+  // The error names the file, the line and the key.
+  EXPECT_EQ(OnlyError(Parse(WithInterfaces("pull_rate_gbps = 1e9\n"))),
+            "metaroced.conf:3: pull_rate_gbps: '1e9' is not a rate in Gb/s in 0.01..100000 (0: "
+            "no pulls), or auto");
+}
+
 // ---- reload ----
 
 TEST(ConfigReload, DiffListsChangedKeysAndWhichAreReloadable) {
@@ -497,6 +537,7 @@ log_format = json
 metrics_listen = 127.0.0.1:9469
 observed_event_depth = 2048
 receive_budget_bytes = 262144
+pull_rate_gbps = 100
 [limits]
 max_connections = 1
 max_paths = 1

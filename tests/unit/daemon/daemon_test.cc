@@ -2,11 +2,17 @@
 // tests/daemon/).
 #include "daemon/daemon.h"
 
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace metaroce::daemon {
 namespace {
+
+using ::testing::HasSubstr;
 
 TEST(Features, CopyModeVethPort) {
   PortFeatures f = FeaturesFromDescriptions(
@@ -72,10 +78,10 @@ TEST(ConfigToManagers, DefaultsMatchTheManagersOwn) {
 TEST(ConfigToManagers, ContextObserverRingsFollowTheConfig) {
   Config c;
   c.daemon.interfaces = {"pl0"};
-  EXPECT_EQ(ContextOptionsFrom(c).observed_event_depth, ObservedEventDepth(c));
-  EXPECT_GT(ContextOptionsFrom(c).observed_event_depth, api::ContextOptions().observed_event_depth);
+  EXPECT_EQ(ContextOptionsFrom(c, PullRate{}).observed_event_depth, ObservedEventDepth(c));
+  EXPECT_GT(ContextOptionsFrom(c, PullRate{}).observed_event_depth, api::ContextOptions().observed_event_depth);
   c.daemon.observed_event_depth = 3000;
-  EXPECT_EQ(ContextOptionsFrom(c).observed_event_depth, 3000u);
+  EXPECT_EQ(ContextOptionsFrom(c, PullRate{}).observed_event_depth, 3000u);
 }
 
 // The host's receive budget (docs/spec/congestion.md §5.2) is on by default and reaches the
@@ -83,11 +89,97 @@ TEST(ConfigToManagers, ContextObserverRingsFollowTheConfig) {
 TEST(ConfigToManagers, ContextReceiveBudgetFollowsTheConfig) {
   Config c;
   c.daemon.interfaces = {"pl0"};
-  EXPECT_EQ(ContextOptionsFrom(c).receive_budget_bytes, uint64_t{1} << 20);
+  EXPECT_EQ(ContextOptionsFrom(c, PullRate{}).receive_budget_bytes, uint64_t{1} << 20);
   c.daemon.receive_budget_bytes = 0;
-  EXPECT_EQ(ContextOptionsFrom(c).receive_budget_bytes, 0u);
+  EXPECT_EQ(ContextOptionsFrom(c, PullRate{}).receive_budget_bytes, 0u);
   c.daemon.receive_budget_bytes = 262144;
-  EXPECT_EQ(ContextOptionsFrom(c).receive_budget_bytes, 262144u);
+  EXPECT_EQ(ContextOptionsFrom(c, PullRate{}).receive_budget_bytes, 262144u);
+}
+
+// ---- the pull pacer's rate ([daemon] pull_rate_gbps) ----
+
+// Speeds as /sys/class/net would give them, by interface name.
+LinkSpeedReader Speeds(std::map<std::string, absl::StatusOr<int64_t>> speeds) {
+  return [speeds = std::move(speeds)](const std::string& ifname) -> absl::StatusOr<int64_t> {
+    auto it = speeds.find(ifname);
+    if (it == speeds.end()) return absl::NotFoundError(absl::StrCat("no ", ifname));
+    return it->second;
+  };
+}
+
+LinkSpeedReader NoReads() {
+  return [](const std::string& ifname) -> absl::StatusOr<int64_t> {
+    ADD_FAILURE() << "a configured rate read the speed of " << ifname;
+    return absl::InternalError("unexpected");
+  };
+}
+
+// `auto` (the default): the speed of the interface served, in Gb/s; several planes add up.
+TEST(PullRate, AutoIsTheInterfacesSpeedsAddedUp) {
+  DaemonSettings d;
+  ASSERT_FALSE(d.pull_rate_gbps.has_value());  // auto
+  d.interfaces = {"eth0"};
+  PullRate r = ResolvePullRate(d, Speeds({{"eth0", 100000}}));
+  EXPECT_EQ(r.gbps, 100);
+  EXPECT_EQ(r.source, "auto: eth0 100000 Mb/s");
+  d.interfaces = {"pl0", "pl1"};
+  r = ResolvePullRate(d, Speeds({{"pl0", 200000}, {"pl1", 200000}}));
+  EXPECT_EQ(r.gbps, 400);
+  EXPECT_EQ(r.source, "auto: pl0 200000 Mb/s + pl1 200000 Mb/s");
+  r = ResolvePullRate(d, Speeds({{"pl0", 25000}, {"pl1", 10000}}));
+  EXPECT_EQ(r.gbps, 35);
+}
+
+// An interface without a speed (veth: -1 in some kernels; lo: EINVAL on read; a link down: -1)
+// turns pulls off, saying which interface and why: a rate made of the other planes alone would
+// be wrong.
+TEST(PullRate, AutoWithoutASpeedTurnsPullsOffAndSaysWhy) {
+  DaemonSettings d;
+  d.interfaces = {"veth0"};
+  PullRate r = ResolvePullRate(d, Speeds({{"veth0", -1}}));
+  EXPECT_EQ(r.gbps, 0);
+  EXPECT_THAT(r.source, HasSubstr("veth0 reports speed -1"));
+  EXPECT_THAT(r.source, HasSubstr("pulls off"));
+  d.interfaces = {"pl0", "lo"};
+  r = ResolvePullRate(
+      d, Speeds({{"pl0", 100000},
+                 {"lo", absl::InvalidArgumentError("cannot read /sys/class/net/lo/speed")}}));
+  EXPECT_EQ(r.gbps, 0);
+  EXPECT_THAT(r.source, HasSubstr("lo: cannot read /sys/class/net/lo/speed"));
+  EXPECT_THAT(r.source, HasSubstr("pulls off"));
+  r = ResolvePullRate(d, Speeds({{"pl0", 100000}, {"lo", 0}}));
+  EXPECT_EQ(r.gbps, 0);
+}
+
+// A number in the config is the rate, whatever the interfaces say; 0 turns pulls off.
+TEST(PullRate, ANumberIsTakenAsItIs) {
+  DaemonSettings d;
+  d.interfaces = {"eth0"};
+  d.pull_rate_gbps = 40;
+  EXPECT_EQ(ResolvePullRate(d, NoReads()).gbps, 40);
+  EXPECT_EQ(ResolvePullRate(d, NoReads()).source, "config");
+  d.pull_rate_gbps = 0;
+  EXPECT_EQ(ResolvePullRate(d, NoReads()).gbps, 0);
+}
+
+TEST(ConfigToManagers, ContextPullRateIsTheResolvedOne) {
+  Config c;
+  c.daemon.interfaces = {"pl0", "pl1"};
+  EXPECT_EQ(ContextOptionsFrom(c, PullRate{}).pull_rate_gbps, 0);
+  const PullRate auto_rate = ResolvePullRate(c.daemon, Speeds({{"pl0", 100000}, {"pl1", 100000}}));
+  EXPECT_EQ(ContextOptionsFrom(c, auto_rate).pull_rate_gbps, 200);
+}
+
+// The reader itself, on this machine: lo has no speed (EINVAL on read), a name that is no
+// interface has no file.
+TEST(PullRate, ReadLinkSpeedMbpsRefusesWhatHasNoSpeed) {
+  EXPECT_FALSE(ReadLinkSpeedMbps("no-such-if0").ok());
+  absl::StatusOr<int64_t> lo = ReadLinkSpeedMbps("lo");
+  if (lo.ok()) {
+    EXPECT_LE(*lo, 0);  // a kernel that reports a number for lo reports "unknown"
+  } else {
+    EXPECT_THAT(std::string(lo.status().message()), HasSubstr("/sys/class/net/lo/speed"));
+  }
 }
 
 }  // namespace
