@@ -223,14 +223,37 @@ bool Sender::UnsolicitedAllowed(Instant now) {
   const Duration interval = std::min(
       RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(rtt.count()) * cfg_.mtu /
                                                    static_cast<double>(std::max<uint64_t>(share, 1)))));
-  const Instant at =
-      last_new_at_ + std::max(4 * (pull_gap_ > Duration(0) ? pull_gap_ : interval), 8 * rtt);
-  if (at <= now) {
+  const Duration wait = std::max(2 * (pull_gap_ > Duration(0) ? pull_gap_ : interval), 4 * rtt);
+  if (last_new_at_ + 2 * wait <= now) {
     pulls_owed_ = 0;
     return true;
   }
-  pace_wakeup_ = std::min(pace_wakeup_, at);
+  if (!pull_probed_ && last_new_at_ + wait <= now) SendPullProbe();
+  pace_wakeup_ = std::min(pace_wakeup_, last_new_at_ + (pull_probed_ ? 2 : 1) * wait);
   return false;
+}
+
+void Sender::SendPullProbe() {
+  pull_probed_ = true;
+  for (uint16_t i = 0; i < cfg_.SprayPaths(); ++i) {
+    SenderPath& path = paths_[(rr_cursor_ + i) % cfg_.SprayPaths()];
+    if (!Usable(path)) continue;
+    // [R7] every PSN below snd_una is acknowledged or abandoned: the responder skips nothing.
+    wire::Packet p;
+    p.opcode = wire::Opcode::kProbe;
+    p.dest_conn = cfg_.remote_conn_id;
+    p.path_id = path.id;
+    p.psn = path.snd_una;
+    p.token = cfg_.tx_token;
+    std::array<std::byte, wire::kMaxHeadersSize> headers;
+    const size_t n = wire::SerializeHeaders(p, headers);
+    TxMeta meta{cfg_.local_conn_id, path.id, path.plane, path.port, cfg_.udp_port};
+    conn_.sink_.Transmit(meta, std::span<const std::byte>(headers.data(), n), {});
+    MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, p.psn, static_cast<uint8_t>(p.opcode), 0,
+              false, meta.src_port, p.flags);
+    ++conn_.counters_.probes_sent;
+    return;
+  }
 }
 
 Duration Sender::PacingRtt(const SenderPath& path) const {
@@ -360,7 +383,7 @@ void Sender::Pump(Instant now) {
       pull_paths_.pop_front();
       sending_on_pull_ = true;
     }
-    if (queued == nullptr) last_new_at_ = now;
+    if (queued == nullptr) last_new_at_ = now, pull_probed_ = false;
     if (queued != nullptr) {
       const Reroute moved = *queued;
       reroute_.pop_front();
@@ -703,7 +726,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     }
     if (last_pull_at_ != kNever) {
       const Duration gap = now - last_pull_at_;
-      pull_gap_ = pull_gap_ == Duration(0) ? gap : (7 * pull_gap_ + gap) / 8;
+      pull_gap_ = gap;
     }
     last_pull_at_ = now;
     pulls_owed_ -= std::min<uint32_t>(pulls_owed_, fresh);

@@ -166,11 +166,14 @@ class Sender {
   bool Clocked() const { return pull_seen_ && Paced(); }
   // A clocked connection without a pull may send a new packet unsolicited while fewer than its
   // share in packets (PullWindow) of pulls are owed to it: that many pulls circulate between
-  // it and the responder. When they are all owed, nothing is in flight and the wait has been
-  // long (four times the usual gap between its pulls, or before it knows one four times the
-  // share's interval, and at least eight RTTs: a pull was lost), it forgives them. Otherwise
-  // sets pace_wakeup_.
+  // it and the responder. When they are all owed and nothing is in flight, a wait of twice its
+  // usual gap between pulls (before it knows one, twice the share's interval; at least four
+  // RTTs) sends a PROBE, whose reply carries the responder's pull_seq: a pull whose every copy
+  // was lost comes back with it. After twice that wait it forgives the pulls owed and sends
+  // again. Otherwise sets pace_wakeup_.
   bool UnsolicitedAllowed(Instant now);
+  // A PROBE at snd_una on a usable path, asking for an ACK (and its pull_seq) and nothing else.
+  void SendPullProbe();
   // The share in packets, rounded up, at least 1, plus pull_bonus_.
   uint32_t PullWindow() const;
   // Data waits to be sent after the packet being sent (flags::kWantsPull).
@@ -259,10 +262,11 @@ class Sender {
   // Pulls the responder granted at once (its pacer had room) add one to the allowance, pulls
   // that waited take one off: the allowance follows the host's spare capacity.
   uint32_t pull_bonus_ = 0;
-  // Smoothed time between the pulls this connection receives (0: fewer than two yet): how
-  // long a pull normally takes to come, which a lost one is judged against.
+  // Time between the latest two pulls this connection received (0: fewer than two yet): how
+  // long a pull takes to come now, which a lost one is judged against.
   Duration pull_gap_{0};
   Instant last_pull_at_ = kNever;
+  bool pull_probed_ = false;  // a PROBE asked for the pulls owed since the latest new packet
   Instant last_new_at_{INT64_MIN / 2};
   bool sending_on_pull_ = false;
   Duration latest_rtt_{0};                // latest RTT sample of any path

@@ -1299,10 +1299,10 @@ TEST(Sender_Pull, APullLostOnItsWayComesWithTheNextAck) {
   EXPECT_EQ(r.conn.counters().pulls_rcvd, 1u);
 }
 
-TEST(Sender_Pull, OwedPullsAreForgivenAfterALongQuietWait) {
-  // A pull whose every copy was lost must not stall the connection: with nothing in flight
-  // and every pull still owed, it sends again unsolicited after a long wait (at least eight
-  // RTTs), not before.
+TEST(Sender_Pull, AQuietWaitAsksWithAProbeThenForgivesTheOwedPulls) {
+  // A pull whose every copy was lost must not stall the connection: with nothing in flight and
+  // every pull still owed, it first asks (a PROBE: its reply carries pull_seq), not before four
+  // RTTs, and if no pull comes it sends again unsolicited, not before eight.
   Requester r(PacedConfig());
   PullingResponder peer;
   r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
@@ -1318,17 +1318,50 @@ TEST(Sender_Pull, OwedPullsAreForgivenAfterALongQuietWait) {
   }
   ASSERT_THAT(r.sink.packets(), IsEmpty());
   // The pulls those three asked for never come.
-  Instant sent_at = kNever;
+  std::vector<std::pair<Instant, wire::Opcode>> out;
+  for (Instant t = r.conn.NextDeadline(); t <= At(2000 * kUs) && out.size() < 2;
+       t = r.conn.NextDeadline()) {
+    r.conn.OnTimer(t);
+    for (const RecordedPacket& x : r.sink.packets()) out.emplace_back(t, x.packet.opcode);
+    r.sink.Clear();
+  }
+  ASSERT_GE(out.size(), 2u);  // the probe, then the allowance's packets at once
+  EXPECT_EQ(out[0].second, wire::Opcode::kProbe);
+  EXPECT_GE(out[0].first, At(50 * kUs) + 4 * 10 * kUs);  // the latest new packet went at 50 us
+  EXPECT_EQ(out[1].second, wire::Opcode::kWrite);
+  EXPECT_GE(out[1].first, At(50 * kUs) + 8 * 10 * kUs);
+}
+
+TEST(Sender_Pull, TheProbesReplyBringsAPullWhoseCopiesWereLost) {
+  Requester r(PacedConfig());
+  PullingResponder peer;
+  r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
+  RunUntilSent(r);
+  const wire::Packet first = r.sink.packets()[0].packet;
+  r.sink.Clear();
+  r.Feed(At(50 * kUs), peer.Ack(first.path_id, 1, 0, PullingResponder::kAtOnce));
+  std::vector<RecordedPacket> sent = r.sink.packets();
+  r.sink.Clear();
+  for (const RecordedPacket& x : sent) {
+    r.Feed(At(60 * kUs), peer.Ack(x.packet.path_id, x.packet.psn + 1, x.packet.psn));
+  }
+  // The responder granted a pull; both of its ACKs were lost.
+  ++peer.granted;
+  wire::Packet probe;
   for (Instant t = r.conn.NextDeadline(); t <= At(2000 * kUs); t = r.conn.NextDeadline()) {
     r.conn.OnTimer(t);
     if (!r.sink.packets().empty()) {
-      sent_at = t;
+      probe = r.sink.packets()[0].packet;
       break;
     }
   }
-  ASSERT_THAT(r.sink.packets(), ::testing::Not(IsEmpty()));
-  EXPECT_FALSE(r.sink.packets()[0].packet.flags & wire::flags::kPulled);
-  EXPECT_GE(sent_at, At(50 * kUs) + 8 * 10 * kUs);  // the latest new packet went at 50 us
+  ASSERT_EQ(probe.opcode, wire::Opcode::kProbe);
+  r.sink.Clear();
+  wire::Packet reply = peer.Ack(probe.path_id, probe.psn, probe.psn);
+  reply.flags |= wire::flags::kProbeReply;
+  r.Feed(At(200 * kUs), reply);
+  ASSERT_THAT(r.sink.packets(), SizeIs(1));
+  EXPECT_TRUE(r.sink.packets()[0].packet.flags & wire::flags::kPulled);
 }
 
 TEST(Sender_Pull, TheLastPacketAsksForNoPullAndALargerShareEndsTheClock) {
