@@ -5,7 +5,7 @@ set output 'incast_256_timeline.svg'
 set multiplot layout 4,2 columnsfirst title "64-to-1 incast, 256 connections: goodput, queues, windows and bytes in flight, hints on and off"
 set grid
 set key top right box opaque font ',10' samplen 2 spacing 0.9
-set xrange [0:14.5084]
+set xrange [0:13.5654]
 set xlabel "time (ms)"
 set title "hints on: goodput into host 0"
 set ylabel "goodput (Gb/s)"
@@ -19,11 +19,11 @@ plot 'incast_256_timeline.dat' index 0 using 1:3 with lines lw 1.5 lc rgb '#d627
 set title "hints on: window per connection (sum over its paths)"
 set ylabel "window (KiB, log)"
 set logscale y
-set yrange [0.445312:4296.99]
+set yrange [0.445312:31072.3]
 plot 'incast_256_timeline.dat' index 0 using 1:5 with lines lw 1.5 lc rgb '#2ca02c' title 'cwnd (mean of 64 connections)', '' index 0 using 1:6 with lines lw 1.5 lc rgb '#9467bd' title 'window used: min(cwnd, hint)'
 set title "hints on: bytes in flight toward host 0"
 set ylabel "bytes (KiB, log)"
-set yrange [2:1.6906e+06]
+set yrange [62:1.6906e+06]
 plot 'incast_256_timeline.dat' index 0 using 1:7 with lines lw 1.5 lc rgb '#8c564b' title 'in flight (every connection)', '' index 0 using 1:8 with lines lc rgb '#9467bd' title 'windows summed (256 x mean)', 1024 with lines dt 2 lc rgb 'black' title "host 0's queues (1024 KiB)", 228.265 with lines dt 3 lc rgb '#17becf' title 'receive budget = BDP (228 KiB)'
 unset logscale y
 set title "hints off: goodput into host 0"
@@ -38,11 +38,11 @@ plot 'incast_256_timeline.dat' index 1 using 1:3 with lines lw 1.5 lc rgb '#d627
 set title "hints off: window per connection (sum over its paths)"
 set ylabel "window (KiB, log)"
 set logscale y
-set yrange [0.445312:4296.99]
+set yrange [0.445312:31072.3]
 plot 'incast_256_timeline.dat' index 1 using 1:5 with lines lw 1.5 lc rgb '#2ca02c' title 'cwnd (mean of 64 connections)', '' index 1 using 1:6 with lines lw 1.5 lc rgb '#9467bd' title 'window used: min(cwnd, hint)'
 set title "hints off: bytes in flight toward host 0"
 set ylabel "bytes (KiB, log)"
-set yrange [2:1.6906e+06]
+set yrange [62:1.6906e+06]
 plot 'incast_256_timeline.dat' index 1 using 1:7 with lines lw 1.5 lc rgb '#8c564b' title 'in flight (every connection)', '' index 1 using 1:8 with lines lc rgb '#9467bd' title 'windows summed (256 x mean)', 1024 with lines dt 2 lc rgb 'black' title "host 0's queues (1024 KiB)", 228.265 with lines dt 3 lc rgb '#17becf' title 'receive budget = BDP (228 KiB)'
 unset logscale y
 unset multiplot

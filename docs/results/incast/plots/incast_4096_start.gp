@@ -19,7 +19,7 @@ plot 'incast_4096_start.dat' index 0 using 1:3 with lines lw 1.5 lc rgb '#d62728
 set title "hints on: window per connection (sum over its paths)"
 set ylabel "window (KiB, log)"
 set logscale y
-set yrange [0.027344:2165.39]
+set yrange [0.027344:2406.59]
 plot 'incast_4096_start.dat' index 0 using 1:5 with lines lw 1.5 lc rgb '#2ca02c' title 'cwnd (mean of 64 connections)', '' index 0 using 1:6 with lines lw 1.5 lc rgb '#9467bd' title 'window used: min(cwnd, hint)'
 set title "hints on: bytes in flight toward host 0"
 set ylabel "bytes (KiB, log)"
@@ -38,7 +38,7 @@ plot 'incast_4096_start.dat' index 1 using 1:3 with lines lw 1.5 lc rgb '#d62728
 set title "hints off: window per connection (sum over its paths)"
 set ylabel "window (KiB, log)"
 set logscale y
-set yrange [0.027344:2165.39]
+set yrange [0.027344:2406.59]
 plot 'incast_4096_start.dat' index 1 using 1:5 with lines lw 1.5 lc rgb '#2ca02c' title 'cwnd (mean of 64 connections)', '' index 1 using 1:6 with lines lw 1.5 lc rgb '#9467bd' title 'window used: min(cwnd, hint)'
 set title "hints off: bytes in flight toward host 0"
 set ylabel "bytes (KiB, log)"
