@@ -238,20 +238,7 @@ void Sender::SendPullProbe() {
   for (uint16_t i = 0; i < cfg_.SprayPaths(); ++i) {
     SenderPath& path = paths_[(rr_cursor_ + i) % cfg_.SprayPaths()];
     if (!Usable(path)) continue;
-    // [R7] every PSN below snd_una is acknowledged or abandoned: the responder skips nothing.
-    wire::Packet p;
-    p.opcode = wire::Opcode::kProbe;
-    p.dest_conn = cfg_.remote_conn_id;
-    p.path_id = path.id;
-    p.psn = path.snd_una;
-    p.token = cfg_.tx_token;
-    std::array<std::byte, wire::kMaxHeadersSize> headers;
-    const size_t n = wire::SerializeHeaders(p, headers);
-    TxMeta meta{cfg_.local_conn_id, path.id, path.plane, path.port, cfg_.udp_port};
-    conn_.sink_.Transmit(meta, std::span<const std::byte>(headers.data(), n), {});
-    MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, p.psn, static_cast<uint8_t>(p.opcode), 0,
-              false, meta.src_port, p.flags);
-    ++conn_.counters_.probes_sent;
+    TransmitProbe(path, path.snd_una);
     return;
   }
 }
@@ -528,13 +515,12 @@ void Sender::Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why) {
   if (why == Why::kTimeout) ++conn_.counters_.timeout_retransmits;
 }
 
-void Sender::SendProbe(Instant now, SenderPath& path) {
-  path.probe_psn = path.snd_una;  // every PSN below it is acknowledged or abandoned [R7]
+void Sender::TransmitProbe(SenderPath& path, uint32_t psn) {
   wire::Packet p;
   p.opcode = wire::Opcode::kProbe;
   p.dest_conn = cfg_.remote_conn_id;
   p.path_id = path.id;
-  p.psn = path.probe_psn;
+  p.psn = psn;
   p.token = cfg_.tx_token;
   std::array<std::byte, wire::kMaxHeadersSize> headers;
   const size_t n = wire::SerializeHeaders(p, headers);
@@ -543,6 +529,11 @@ void Sender::SendProbe(Instant now, SenderPath& path) {
   MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, p.psn, static_cast<uint8_t>(p.opcode), 0,
             false, meta.src_port, p.flags);
   ++conn_.counters_.probes_sent;
+}
+
+void Sender::SendProbe(Instant now, SenderPath& path) {
+  path.probe_psn = path.snd_una;  // every PSN below it is acknowledged or abandoned [R7]
+  TransmitProbe(path, path.probe_psn);
   // Unanswered probes back off exponentially (a route whose RTT is far above the estimate must
   // get the time to answer), up to 2^10 probe timeouts; a late reply still counts. [R7] While the
   // connection is stuck (work waits and no path is Active) only up to 2^2: the search for a live

@@ -191,6 +191,9 @@ class Sender {
   bool Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission,
                 bool counts_as_retry);
   void SendProbe(Instant now, SenderPath& path);
+  // A PROBE on `path` at `psn`: every PSN below it acknowledged or abandoned [R7], so the
+  // responder skips nothing and answers with an ACK of the path (PROBE_REPLY).
+  void TransmitProbe(SenderPath& path, uint32_t psn);
   struct AckTally {
     uint32_t bytes = 0, packets = 0;
     Duration rtt_sample{0};

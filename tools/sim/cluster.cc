@@ -866,13 +866,7 @@ double ClusterConfig::PullRateGbps() const {
 }
 
 core::ReceiveBudgetConfig ClusterConfig::HostBudget() const {
-  core::ReceiveBudgetConfig b;
-  b.budget_bytes = ReceiveBudgetBytes();
-  b.mtu = mtu;
-  b.pull.rate_gbps = PullRateGbps();
-  b.pull.pulled_packet_wire_bytes = mtu + wire::kDataHeadersSize + kWireOverheadBytes;
-  b.pull.wire_overhead_bytes = kWireOverheadBytes;
-  return b;
+  return SimHostBudget(ReceiveBudgetBytes(), mtu, PullRateGbps());
 }
 
 uint64_t ClusterConfig::ReceiveBudgetBytes() const {

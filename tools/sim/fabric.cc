@@ -4,6 +4,8 @@
 #include <cmath>
 #include <utility>
 
+#include "lib/wire/packet.h"
+
 namespace metaroce::sim {
 namespace {
 
@@ -117,6 +119,17 @@ Fabric::SendResult Fabric::Send(Direction direction, const core::TxMeta& meta,
                           buffers_.Recycle(std::move(d.bytes));
                         });
   return result;
+}
+
+core::ReceiveBudgetConfig SimHostBudget(uint64_t budget_bytes, uint32_t mtu, double pull_gbps) {
+  core::ReceiveBudgetConfig b;
+  b.budget_bytes = budget_bytes;
+  b.mtu = mtu;
+  b.pull.rate_gbps = pull_gbps;
+  b.pull.pulled_packet_wire_bytes =
+      mtu + static_cast<uint32_t>(wire::kDataHeadersSize) + kWireOverheadBytes;
+  b.pull.wire_overhead_bytes = kWireOverheadBytes;
+  return b;
 }
 
 }  // namespace metaroce::sim

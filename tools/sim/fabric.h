@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "lib/core/packet_sink.h"
+#include "lib/core/receive_budget.h"
 #include "lib/core/types.h"
 #include "tools/sim/event_queue.h"
 #include "tools/sim/packet_buffer_pool.h"
@@ -42,6 +43,10 @@
 namespace metaroce::sim {
 
 inline constexpr uint32_t kWireOverheadBytes = 14 + 20 + 8 + 4 + 8 + 12;  // = 66
+
+// A simulated host's receive budget and pull pacer as the core takes them, in this fabric's
+// wire bytes (both models).
+core::ReceiveBudgetConfig SimHostBudget(uint64_t budget_bytes, uint32_t mtu, double pull_gbps);
 inline constexpr uint64_t WireBytes(size_t udp_payload_bytes) {
   return udp_payload_bytes + kWireOverheadBytes;
 }

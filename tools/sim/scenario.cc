@@ -1054,13 +1054,7 @@ double ScenarioConfig::PullRateGbps() const {
 }
 
 core::ReceiveBudgetConfig ScenarioConfig::HostBudget() const {
-  core::ReceiveBudgetConfig b;
-  b.budget_bytes = ReceiveBudgetBytes();
-  b.mtu = mtu;
-  b.pull.rate_gbps = PullRateGbps();
-  b.pull.pulled_packet_wire_bytes = mtu + wire::kDataHeadersSize + kWireOverheadBytes;
-  b.pull.wire_overhead_bytes = kWireOverheadBytes;
-  return b;
+  return SimHostBudget(ReceiveBudgetBytes(), mtu, PullRateGbps());
 }
 
 uint64_t ScenarioConfig::ReceiveBudgetBytes() const {

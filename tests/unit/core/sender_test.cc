@@ -1299,24 +1299,31 @@ TEST(Sender_Pull, APullLostOnItsWayComesWithTheNextAck) {
   EXPECT_EQ(r.conn.counters().pulls_rcvd, 1u);
 }
 
-TEST(Sender_Pull, AQuietWaitAsksWithAProbeThenForgivesTheOwedPulls) {
-  // A pull whose every copy was lost must not stall the connection: with nothing in flight and
-  // every pull still owed, it first asks (a PROBE: its reply carries pull_seq), not before four
-  // RTTs, and if no pull comes it sends again unsolicited, not before eight.
-  Requester r(PacedConfig());
-  PullingResponder peer;
+// A 16-packet Write whose first packet's ACK (at 50 us) brought a pull granted at once: the
+// connection sent three packets (one on the pull, two unsolicited), all acknowledged at 60 us
+// without a pull: it now waits, every pull owed, nothing in flight.
+void ClockedAndWaiting(Requester& r, PullingResponder& peer) {
   r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
   RunUntilSent(r);
   const wire::Packet first = r.sink.packets()[0].packet;
   r.sink.Clear();
   r.Feed(At(50 * kUs), peer.Ack(first.path_id, 1, 0, PullingResponder::kAtOnce));
-  std::vector<RecordedPacket> sent = r.sink.packets();
+  const std::vector<RecordedPacket> sent = r.sink.packets();
   ASSERT_THAT(sent, SizeIs(3));
   r.sink.Clear();
   for (const RecordedPacket& x : sent) {
     r.Feed(At(60 * kUs), peer.Ack(x.packet.path_id, x.packet.psn + 1, x.packet.psn));
   }
   ASSERT_THAT(r.sink.packets(), IsEmpty());
+}
+
+TEST(Sender_Pull, AQuietWaitAsksWithAProbeThenForgivesTheOwedPulls) {
+  // A pull whose every copy was lost must not stall the connection: with nothing in flight and
+  // every pull still owed, it first asks (a PROBE: its reply carries pull_seq), not before four
+  // RTTs, and if no pull comes it sends again unsolicited, not before eight.
+  Requester r(PacedConfig());
+  PullingResponder peer;
+  ClockedAndWaiting(r, peer);
   // The pulls those three asked for never come.
   std::vector<std::pair<Instant, wire::Opcode>> out;
   for (Instant t = r.conn.NextDeadline(); t <= At(2000 * kUs) && out.size() < 2;
@@ -1335,16 +1342,7 @@ TEST(Sender_Pull, AQuietWaitAsksWithAProbeThenForgivesTheOwedPulls) {
 TEST(Sender_Pull, TheProbesReplyBringsAPullWhoseCopiesWereLost) {
   Requester r(PacedConfig());
   PullingResponder peer;
-  r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
-  RunUntilSent(r);
-  const wire::Packet first = r.sink.packets()[0].packet;
-  r.sink.Clear();
-  r.Feed(At(50 * kUs), peer.Ack(first.path_id, 1, 0, PullingResponder::kAtOnce));
-  std::vector<RecordedPacket> sent = r.sink.packets();
-  r.sink.Clear();
-  for (const RecordedPacket& x : sent) {
-    r.Feed(At(60 * kUs), peer.Ack(x.packet.path_id, x.packet.psn + 1, x.packet.psn));
-  }
+  ClockedAndWaiting(r, peer);
   // The responder granted a pull; both of its ACKs were lost.
   ++peer.granted;
   wire::Packet probe;
