@@ -145,8 +145,6 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   ReceiverPath& path = paths_[p.path_id];
   path.peer_port = meta.src_port;
   if (meta.ce) ++path.ce_count;
-  // congestion.md §6: the pacer sees every arrival, accepted or not (each took the link); a
-  // pull it grants at once goes with this packet's ACK, sent now whatever the ACK policy.
   if (conn_.budget_ != nullptr) {
     conn_.budget_->OnData(now, conn_.activity_, static_cast<uint32_t>(p.payload.size()));  // cc §5
     // §6: every arrival took the link, accepted or not; the pacer counts those it did not pull.
@@ -388,13 +386,20 @@ void Receiver::SendPull(Instant now, uint64_t turn) {
   if (failed_) return;
   // The pulled packet goes where the pull comes from: path `turn` mod paths, so that the host's
   // pulls, one after the other, name every path index (and every plane: path mod planes) in
-  // turn, whichever connections they go to.
-  const auto path_id = static_cast<uint16_t>(turn % cfg_.SprayPaths());
+  // turn, whichever connections they go to. A path that has received nothing yet has no port
+  // to answer to: the next one that has.
+  const uint16_t n = cfg_.SprayPaths();
+  uint16_t path_id = n;
+  for (uint16_t i = 0; i < n && path_id == n; ++i) {
+    const auto p = static_cast<uint16_t>((turn + i) % n);
+    if (paths_[p].peer_port != 0) path_id = p;
+  }
+  if (path_id == n) return;  // nothing received: no pull was asked for
   ++pulls_granted_;
   ++conn_.counters_.pulls_sent;
   // congestion.md §6: a pull on its own goes twice. Every ACK carries the count of pulls
-  // granted, so the copy is harmless; a pull lost on its way would leave a requester that has
-  // nothing else in flight waiting for its forgiveness, several of its pull intervals.
+  // granted, so the copy is harmless; a pull lost on its way leaves a requester that has
+  // nothing else in flight waiting two of its pull gaps for its PROBE's answer.
   for (int copy = 0; copy < 2; ++copy) {
     SendAck(now, path_id, paths_[path_id].last_psn,
             wire::flags::kPull | wire::flags::kDelayedAck);
