@@ -21,11 +21,13 @@ void PullPacer::OnArrival(Instant now, uint32_t datagram_bytes, bool pulled, boo
   }
   if (ce) {
     ++counters_.ce_arrivals;
-    TakeSlot(now, static_cast<uint64_t>(config_.pulled_packet_wire_bytes * config_.ce_slot_fraction));
+    TakeSlot(now,
+             static_cast<uint64_t>(config_.pulled_packet_wire_bytes * config_.ce_slot_fraction));
   }
 }
 
 void PullPacer::CancelPulls(uint32_t conn) {
+  if (waiting_ == 0) return;  // every window-mode data packet comes here: no lookup then
   auto it = waiting_by_conn_.find(conn);
   if (it == waiting_by_conn_.end()) return;
   counters_.pulls_cancelled += it->second.count;
@@ -35,7 +37,7 @@ void PullPacer::CancelPulls(uint32_t conn) {
 
 bool PullPacer::RequestPull(Instant now, uint32_t conn) {
   if (!enabled()) return false;
-  if (rotation_.empty() && SlotInstant() <= now) {
+  if (waiting_ == 0 && SlotInstant() <= now) {  // cancelled entries in the rotation wait for none
     TakeSlot(now, config_.pulled_packet_wire_bytes);
     ++counters_.pulls_with_ack;
     ++turn_;

@@ -85,7 +85,7 @@ class PullPacer {
   // in flight has as many still waiting when its data runs out).
   void CancelPulls(uint32_t conn);
   // When the next waiting pull may go; kNever when none waits.
-  Instant NextRelease() const { return rotation_.empty() ? kNever : SlotInstant(); }
+  Instant NextRelease() const { return waiting_ == 0 ? kNever : SlotInstant(); }
   // Releases every pull due at `now`: send(conn, turn) for each, round robin over the
   // connections. A pull for a connection gone is dropped by the owner (its slot is spent: the
   // pacer cannot tell).
