@@ -70,7 +70,7 @@ struct ConnectionConfig {
   uint16_t rotate_port_lo = 49152;
   uint16_t rotate_port_hi = 65535;
   uint16_t udp_port = wire::kDefaultUdpPort;  // destination port of data packets
-  uint64_t seed = 1;                           // drives port rotation choices only
+  uint64_t seed = 1;  // drives port rotation choices, the paced phase and the first path sprayed
 
   TransportProfile profile;
   uint32_t mtu = 4096;  // payload bytes per data packet

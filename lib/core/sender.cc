@@ -51,6 +51,10 @@ Sender::Sender(Connection& conn)
         return static_cast<double>(SplitMix64(seed) >> 11) * 0x1p-53;
       }()),
       plane_progress_(cfg_.plane_count, Instant{0}) {
+  // The spray starts on a path of the connection's own: connections set up together would
+  // otherwise all put their first packets on path 0, whose queue then holds every one of them
+  // (and whose timers expire on all of them at once). The default seed, 1, starts on path 0.
+  rr_cursor_ = static_cast<uint16_t>((cfg_.seed - 1) % cfg_.SprayPaths());
   const CongestionParams cc = CongestionFrom(cfg_);
   // The responder's share offered at set-up, spread over the paths like the initial window.
   const uint32_t initial_hint =
