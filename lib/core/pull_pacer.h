@@ -23,10 +23,8 @@
 //   waits and the owner releases it when NextRelease() comes, in an ACK of its own
 //   (flags::kDelayedAck: no RTT sample).
 // - Pulls are numbered in the order they go (their turn): the owner sends a waiting pull on
-//   path turn mod paths, and the requester sends the packet on the pull's path, so the host's
-//   links and planes take the pulled packets in turn. Requesters pulled in round robin would
-//   otherwise move through their paths together, a whole round of packets on one path (one
-//   plane) while the others idle.
+//   path turn mod paths (the next that has a port to answer to), so the ACKs spread over the
+//   reverse routes. The requester sends the pulled packet on its own next path.
 //
 // Sans-I/O, single-threaded, deterministic. Disabled (rate 0): RequestPull never pulls.
 #pragma once
