@@ -102,6 +102,9 @@ struct ConnectionConfig {
 
   // Loss detection and path health.
   Duration min_probe_timeout = std::chrono::microseconds(50);
+  // [R5d] once nothing more waits to be sent, each path probes its tail two RTTs after its
+  // newest packet, below the floor above (no evidence against the path, one per progress).
+  bool tail_probes = true;
   Duration initial_rtt = std::chrono::microseconds(20);
   uint32_t fail_after_timeouts = 3;     // consecutive probe timeouts without progress: failed
   // ... when the path was overtaken by its siblings ([R5a]; at most fail_after_timeouts). Their

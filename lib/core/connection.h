@@ -74,6 +74,7 @@ struct ConnectionCounters {
   uint64_t retransmits = 0;          // data packets sent again (gap, timeout, go-back-N, reroute)
   uint64_t gap_retransmits = 0;      // ... of which triggered by a SACK gap
   uint64_t timeout_retransmits = 0;  // ... of which by a probe timeout (tail loss)
+  uint64_t tail_probes = 0;          // ... of which a path's newest packet in the tail [R5d]
   uint64_t rerouted_packets = 0;     // ... of which moved off a failed path
   uint64_t hedged_packets = 0;       // ... of which copied off an overtaken path (sent)
   uint64_t congestion_loss_cuts = 0; // losses with a queue around them: windows halved

@@ -17,7 +17,7 @@ struct ConnectionCounterField {
   std::string_view meaning;  // one sentence, as exported (Prometheus HELP)
 };
 
-inline constexpr std::array<ConnectionCounterField, 26> kConnectionCounterFields = {{
+inline constexpr std::array<ConnectionCounterField, 27> kConnectionCounterFields = {{
     {"sent_pkts", &ConnectionCounters::sent_pkts, "Data packets sent, retransmissions included."},
     {"rcvd_pkts", &ConnectionCounters::rcvd_pkts, "Data packets accepted."},
     {"retransmits", &ConnectionCounters::retransmits,
@@ -26,6 +26,8 @@ inline constexpr std::array<ConnectionCounterField, 26> kConnectionCounterFields
      "Retransmissions triggered by a SACK gap."},
     {"timeout_retransmits", &ConnectionCounters::timeout_retransmits,
      "Retransmissions triggered by a probe timeout (tail loss)."},
+    {"tail_probes", &ConnectionCounters::tail_probes,
+     "Retransmissions of a path's newest packet two RTTs into the connection's tail."},
     {"rerouted_packets", &ConnectionCounters::rerouted_packets,
      "Retransmissions moved off a failed path."},
     {"hedged_packets", &ConnectionCounters::hedged_packets,

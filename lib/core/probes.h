@@ -68,13 +68,14 @@
 // Argument codes shared by several probes (docs/tracing.md has the tables).
 namespace metaroce::probe {
 
-// retransmit: why a PSN is sent again. 0..3 are Sender::Why in declaration order.
+// retransmit: why a PSN is sent again. 0..3 and 6 are Sender::Why's values.
 inline constexpr int kRetransmitGap = 0;      // [R4] a later transmission on the path arrived
 inline constexpr int kRetransmitTimeout = 1;  // [R5] probe timeout: tail loss probe
 inline constexpr int kRetransmitGoBackN = 2;  // [B1] go-back-N resend
 inline constexpr int kRetransmitRnr = 3;      // [M5] RNR wait over
 inline constexpr int kRetransmitReroute = 4;  // [R5] moved off a failed path
 inline constexpr int kRetransmitHedge = 5;    // [R5b] copied off an overtaken path
+inline constexpr int kRetransmitTailProbe = 6;  // [R5d] the tail's newest packet, two RTTs on
 
 // timer_fired: which timer.
 inline constexpr int kTimerPathTimeout = 0;   // a path's probe timeout (PTO)

@@ -396,6 +396,10 @@ void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, const Reroute
     if (queued->hedge) ++conn_.counters_.hedged_packets;
   }
   if (path.pto_deadline == kNever) ArmPto(now, path);
+  // [R5d] the connection's last packet for now: every path's tail is as long as it will get.
+  if (!MoreToSend()) {
+    for (SenderPath& p : paths_) ArmTailProbe(p, p.last_tx_at);
+  }
 }
 
 bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission,
@@ -429,7 +433,7 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
     path.retransmits.push_back({e.last_tx_order, psn});  // DetectLosses examines it in turn
   }
   if (e.transmissions < 255) ++e.transmissions;
-  e.sent_at = now;
+  e.sent_at = path.last_tx_at = now;
 
   wire::Packet p;
   p.dest_conn = cfg_.remote_conn_id;
@@ -500,7 +504,8 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
 void Sender::Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why) {
   // Go-back-N resends everything after a gap by design, so one unlucky packet would exhaust its
   // budget under heavy loss; like ibverbs, only the connection-level retry limit applies there.
-  const bool counts = why != Why::kRnr && why != Why::kGoBackN;
+  // A tail probe [R5d] is a guess that the packet is lost, not a failed attempt to deliver it.
+  const bool counts = why != Why::kRnr && why != Why::kGoBackN && why != Why::kTailProbe;
   if (!Transmit(now, path, psn, true, counts)) return;
   MR_PROBE5(retransmit, cfg_.local_conn_id, path.id, psn, static_cast<uint8_t>(why),
             path.at(psn).transmissions);
@@ -508,6 +513,7 @@ void Sender::Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why) {
   ++conn_.counters_.retransmits;
   if (why == Why::kGap) ++conn_.counters_.gap_retransmits;
   if (why == Why::kTimeout) ++conn_.counters_.timeout_retransmits;
+  if (why == Why::kTailProbe) ++conn_.counters_.tail_probes;
 }
 
 void Sender::TransmitProbe(SenderPath& path, uint32_t psn) {
@@ -544,6 +550,7 @@ void Sender::SendProbe(Instant now, SenderPath& path) {
 }
 
 void Sender::ArmPto(Instant now, SenderPath& path) {
+  path.tail_probe_armed = false;
   if (path.outstanding() == 0) {
     path.pto_deadline = kNever;
     return;
@@ -564,6 +571,27 @@ void Sender::ArmPto(Instant now, SenderPath& path) {
   const Duration pto = std::max(path.rtt.ProbeTimeout(cfg_.min_probe_timeout),
                                 latest_rtt_ + 4 * path.rtt.rttvar());
   path.pto_deadline = now + std::min(pto * (1u << backoff), cap);
+  ArmTailProbe(path, now);
+}
+
+void Sender::ArmTailProbe(SenderPath& path, Instant since) {
+  // [R5d] RACK-TLP's probe (RFC 8985 §7) for the tail a path's SACK gaps and its siblings'
+  // overtaking cannot expose: the last packets the connection sent. Like RFC 8985's, it is due
+  // two RTTs after the latest transmission or progress, and it has no floor:
+  // it is a guess, one packet per path per tail, and no evidence against the path. (Two hosts,
+  // 30 connections at 1 % loss: the last messages waited for the 50 us floor of the ordinary
+  // deadline, 40 us of a 480 us run with nothing to send.)
+  if (!cfg_.tail_probes || cfg_.profile.recovery != RecoveryPolicy::kSelective || path.tail_probed ||
+      path.overtaken || path.outstanding() == 0 || MoreToSend() ||
+      (path.state != PathState::kActive && path.state != PathState::kSuspect)) {
+    return;
+  }
+  const Duration rtt = latest_rtt_ > Duration(0) ? latest_rtt_ : path.rtt.srtt();
+  const Instant due = since + 2 * rtt + cfg_.delayed_ack;
+  if (due < path.pto_deadline) {
+    path.pto_deadline = due;
+    path.tail_probe_armed = true;
+  }
 }
 
 Duration Sender::RecoveryCap() const {
@@ -770,7 +798,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     last_progress_ = now;
     plane_progress_[path.plane] = now;
     path.timeouts_without_progress = path.attributed_timeouts = 0;
-    path.overtaken = false;
+    path.overtaken = path.tail_probed = false;
     if (path.state == PathState::kSuspect) {
       SetState(now, path, PathState::kActive, PathEventReason::kProgress);
     }
@@ -1001,6 +1029,22 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerPathTimeout);
   if (path.outstanding() == 0) {
     path.pto_deadline = kNever;
+    return;
+  }
+  if (path.tail_probe_armed) {
+    // [R5d] no evidence, no state change: the newest packet again, then the ordinary deadline.
+    path.tail_probed = true;
+    if (!MoreToSend()) {
+      for (uint32_t psn = path.next_psn; psn != path.snd_una;) {
+        --psn;
+        const SentPacket& e = path.at(psn);
+        if (!e.acked && e.rnr_until <= now) {
+          Retransmit(now, path, psn, Why::kTailProbe);
+          break;
+        }
+      }
+    }
+    if (!failed_) ArmPto(now, path);
     return;
   }
   // [R5b] Whatever the expiry proves, the data units waiting on an overtaken path get a second

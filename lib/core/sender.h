@@ -65,6 +65,7 @@ struct SenderPath {
   uint32_t next_psn = 0;  // next PSN to assign
   SentRing ring;          // PSNs [snd_una, next_psn); storage only while some are outstanding
   uint64_t tx_order = 0;                 // transmissions made on this path
+  Instant last_tx_at{0};                 // ... the latest of them
   uint64_t delivered_order = 0;          // highest transmission known to have arrived [R4]
   uint64_t ack_request_order = 0;        // last transmission that asked for an ACK as the window filled
   // [R4] loss detection examines each transmission once, in transmission order: first
@@ -94,6 +95,9 @@ struct SenderPath {
   uint32_t attributed_timeouts = 0;  // ... of which evidence against this path: toward failure
   Instant last_timeout_at{INT64_MIN / 2};  // latest PTO expiry: evidence must be newer [R5a]
   bool overtaken = false;  // [R5a] siblings delivered later packets; no progress here since
+  // [R5d] the deadline armed is the tail probe's; and one went since the path's last progress.
+  bool tail_probe_armed = false;
+  bool tail_probed = false;
   // [R5a] the stall gate set the overtaken evidence aside then: until the path's plane makes
   // progress again, only the ordinary timer judges the path.
   Instant stall_suspected_at{INT64_MIN / 2};
@@ -184,7 +188,8 @@ class Sender {
   // `queued`: data moved or hedged off another path, sent as a retransmission on its new path.
   void SendNew(Instant now, SenderPath& path, PacketRef ref, const Reroute* queued);
   bool OrderedCompletion() const;
-  enum class Why : uint8_t { kGap, kTimeout, kGoBackN, kRnr };
+  // The retransmit probe's reason codes (lib/core/probes.h).
+  enum class Why : uint8_t { kGap = 0, kTimeout = 1, kGoBackN = 2, kRnr = 3, kTailProbe = 6 };
   void Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why);
   // Returns false when the connection failed (retry limit) and nothing was sent.
   bool Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission,
@@ -216,6 +221,10 @@ class Sender {
   // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
   void Hedge(Instant now, SenderPath& path);
   Duration OvertakenTimeout(const SenderPath& path, const SenderPath* than) const;
+  // [R5d] Once the connection has nothing more to send, a path with packets outstanding that has
+  // not probed since its last progress probes its tail two RTTs after `since` (its latest
+  // transmission, or the ACK that re-arms its deadline), if that comes before the ordinary one.
+  void ArmTailProbe(SenderPath& path, Instant since);
   // no_progress_timeout / (2 * fail_after_timeouts): the longest PTO, probe interval while work
   // waits, and connection-wide silence before a path fails for it ([R5], [R5c], [R7]).
   Duration RecoveryCap() const;

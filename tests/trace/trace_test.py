@@ -281,7 +281,7 @@ def main():
         ours = {k: v for k, v in retrans.items() if k[0] == key}
         gap = sum(v for k, v in ours.items() if k[2] == "gap")
         total = sum(retrans.values())
-        f.check(gap > 0 and all(k[2] in ("gap", "timeout", "gbn", "rnr", "reroute", "hedge")
+        f.check(gap > 0 and all(k[2] in ("gap", "timeout", "gbn", "rnr", "reroute", "hedge", "tailprobe")
                                 for k in retrans),
                 "mrretrans: %d gap retransmissions on conn %s (%d in all)" % (gap, key, total))
         f.check(0 < mid.get("retransmits", 0) <= total,

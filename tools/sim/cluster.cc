@@ -824,6 +824,7 @@ ClusterResult Cluster::Finish() {
     r.retransmits += k.retransmits;
     r.gap_retransmits += k.gap_retransmits;
     r.timeout_retransmits += k.timeout_retransmits;
+    r.tail_probes += k.tail_probes;
     r.rerouted_packets += k.rerouted_packets;
     r.hedged_packets += k.hedged_packets;
     r.pulled_pkts += k.pulled_pkts;
@@ -1021,6 +1022,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("timeout", r.timeout_retransmits);
   w.Field("reroute", r.rerouted_packets);
   w.Field("hedge", r.hedged_packets);
+  w.Field("tail_probe", r.tail_probes);
   w.EndObject();
   w.Field("timeouts", r.timeouts);
   w.Field("path_state_changes", r.path_state_changes);

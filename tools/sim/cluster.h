@@ -191,6 +191,7 @@ struct ClusterResult {
   // (go-back-N resends and RNR retries are the rest).
   uint64_t gap_retransmits = 0;
   uint64_t timeout_retransmits = 0;
+  uint64_t tail_probes = 0;
   uint64_t rerouted_packets = 0;
   uint64_t hedged_packets = 0;
   uint64_t timeouts = 0;

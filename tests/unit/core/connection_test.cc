@@ -110,25 +110,44 @@ TEST(Connection_Write, GapRetransmitsExactlyTheMissingPacketOnItsPath) {
   ASSERT_THAT(h.completions_a(), SizeIs(1));
 }
 
-TEST(Connection_Write, TailLossIsRecoveredByTheProbeTimeout) {
-  HostPair h(SmallConfig(1));
-  Buffers b(h, 4 * 1024);
-  bool dropped = false;
-  h.fate = [&](const RecordedPacket& p, bool to_b, Instant) {
-    Fate f;
-    if (to_b && wire::IsData(p.packet.opcode) && p.packet.psn == 3 && !dropped) {
-      dropped = true;  // the last packet: nothing after it can reveal the gap
-      f.drop = true;
+// The last packet lost: nothing after it can reveal the gap. The tail probe [R5d] resends it
+// two RTTs on, well before the probe timeout's floor; without tail probes the PTO does [R5].
+TEST(Connection_Write, TailLossIsRecoveredByTheTailProbeOrTheProbeTimeout) {
+  for (const bool tail_probes : {true, false}) {
+    SCOPED_TRACE(tail_probes ? "tail probes" : "probe timeout only");
+    ConnectionConfig c = SmallConfig(1);
+    c.tail_probes = tail_probes;
+    HostPair h(c);
+    Buffers b(h, 4 * 1024);
+    bool dropped = false;
+    h.fate = [&](const RecordedPacket& p, bool to_b, Instant) {
+      Fate f;
+      if (to_b && wire::IsData(p.packet.opcode) && p.packet.psn == 3 && !dropped) {
+        dropped = true;
+        f.drop = true;
+      }
+      return f;
+    };
+    const Instant start = h.now();
+    ASSERT_TRUE(h.ca().PostSend(h.now(), Write(b, 1, 0, 4 * 1024)).ok());
+    Instant done = kNever;
+    for (int i = 0; i < 5000 && h.completions_a().empty(); ++i) {
+      h.RunFor(std::chrono::microseconds(1));
+      if (!h.completions_a().empty()) done = h.now();
     }
-    return f;
-  };
-  ASSERT_TRUE(h.ca().PostSend(h.now(), Write(b, 1, 0, 4 * 1024)).ok());
-  h.RunFor(std::chrono::milliseconds(5));
-  EXPECT_EQ(h.ca().counters().timeout_retransmits, 1u);
-  EXPECT_EQ(h.ca().counters().gap_retransmits, 0u);
-  EXPECT_EQ(b.src, b.dst);
-  ASSERT_THAT(h.completions_a(), SizeIs(1));
-  EXPECT_EQ(h.completions_a()[0].status, WcStatus::kSuccess);
+    h.RunFor(std::chrono::milliseconds(5));
+    EXPECT_EQ(h.ca().counters().tail_probes, tail_probes ? 1u : 0u);
+    EXPECT_EQ(h.ca().counters().timeout_retransmits, tail_probes ? 0u : 1u);
+    EXPECT_EQ(h.ca().counters().gap_retransmits, 0u);
+    if (tail_probes) {
+      EXPECT_LT(done - start, c.min_probe_timeout);
+    } else {
+      EXPECT_GE(done - start, c.min_probe_timeout);
+    }
+    EXPECT_EQ(b.src, b.dst);
+    ASSERT_THAT(h.completions_a(), SizeIs(1));
+    EXPECT_EQ(h.completions_a()[0].status, WcStatus::kSuccess);
+  }
 }
 
 TEST(Connection_Write, DuplicatedPacketsNeitherCorruptNorDoubleComplete) {

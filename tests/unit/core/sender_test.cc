@@ -52,6 +52,8 @@ ConnectionConfig RequesterConfig(uint16_t paths) {
   c.mtu = kMtu;
   c.initial_rtt = 10 * kUs;
   c.min_probe_timeout = 50 * kUs;
+  // These tests time the ordinary probe timeout [R5]; Sender_TailProbe turns [R5d] back on.
+  c.tail_probes = false;
   return c;
 }
 
@@ -511,6 +513,56 @@ TEST(Sender_Pto, TailLossProbeAtTheComputedTimeWithDoublingBackoff) {
   EXPECT_THAT(r.Events(), ElementsAre("path 0 active->suspect timeout @80us",
                                       "path 0 suspect->active progress @450us"));
   EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
+}
+
+// [R5d] Once nothing more waits, each path probes its tail two RTTs (the connection's latest
+// sample) and one ACK delay after its newest packet: a guess, not evidence against the path.
+TEST(Sender_TailProbe, ProbesThePathsNewestPacketTwoRttsAfterItWithoutSuspectingIt) {
+  ConnectionConfig c = RequesterConfig(1);
+  c.tail_probes = true;
+  c.fail_after_timeouts = 10;
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 4 * kMtu);
+  r.sink.Clear();
+  // RTT sample 20 us: the tail probe is due at 20 + 2 x 20 + 4 (delayed_ack) = 64 us, before the
+  // ordinary deadline (20 + 60 us).
+  r.Feed(At(20 * kUs), Requester::Ack(0, 2, 1));
+  EXPECT_EQ(r.conn.NextDeadline(), At(64 * kUs));
+  r.conn.OnTimer(At(64 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r.conn.path_stats(0).state, PathState::kActive);
+  EXPECT_EQ(r.conn.path_stats(0).timeouts, 0u);
+  EXPECT_EQ(r.conn.counters().tail_probes, 1u);
+  EXPECT_EQ(r.conn.counters().timeout_retransmits, 0u);
+  // One per progress: next comes the ordinary deadline, 60 us on, which does count.
+  EXPECT_EQ(r.conn.NextDeadline(), At(124 * kUs));
+  r.conn.OnTimer(At(124 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r.conn.path_stats(0).state, PathState::kSuspect);
+  EXPECT_EQ(r.conn.counters().timeout_retransmits, 1u);
+  // Progress shows psn 2 lost (resent at once, [R4]), and the path may probe its tail again,
+  // two RTTs after that ACK (the retransmission gave no RTT sample: still 20 us).
+  r.Feed(At(130 * kUs), Requester::Ack(0, 2, 3, {3}));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 2 msg 0 off 2048 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r.conn.path_stats(0).state, PathState::kActive);
+  EXPECT_EQ(r.conn.NextDeadline(), At(174 * kUs));
+  EXPECT_EQ(r.conn.counters().tail_probes, 1u);
+}
+
+TEST(Sender_TailProbe, NoneWhileDataWaitsToBeSent) {
+  ConnectionConfig c = RequesterConfig(1);
+  c.tail_probes = true;
+  // Everything sent: the tail probe is due two initial RTTs (10 us) and an ACK delay on.
+  Requester all_sent(c);
+  all_sent.PostWrite(At(0 * kUs), 1, 2 * kMtu);
+  EXPECT_EQ(all_sent.conn.NextDeadline(), At(24 * kUs));
+  // Two packets sent, six wait for the window: only the ordinary deadline (the 50 us floor).
+  c.initial_window_bytes = 2 * kMtu;
+  c.min_cwnd_bytes = kMtu;
+  Requester waiting(c);
+  waiting.PostWrite(At(0 * kUs), 1, 8 * kMtu);
+  EXPECT_THAT(waiting.Log(), SizeIs(2));
+  EXPECT_EQ(waiting.conn.NextDeadline(), At(50 * kUs));
 }
 
 // Two paths; path 0 delivers, path 1 is black-holed from t=0. PTOs of path 1 expire at 50, 150
