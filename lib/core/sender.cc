@@ -1265,6 +1265,19 @@ void Sender::CheckDegraded(Instant now, SenderPath& path) {
     path.degraded_since = kNever;
     return;
   }
+  // congestion.md §4: a route congested alone. When half or more of the other Active paths are
+  // marked too (at least half as often), the queue is one they share (the responder's link in
+  // an incast), which a new port cannot steer around.
+  uint32_t siblings = 0, marked = 0;
+  for (const SenderPath& p : paths_) {
+    if (&p == &path || p.state != PathState::kActive) continue;
+    ++siblings;
+    if (p.congestion.ecn_fraction() >= cfg_.degraded_ecn_fraction / 2) ++marked;
+  }
+  if (siblings > 0 && 2 * marked >= siblings) {
+    path.degraded_since = kNever;
+    return;
+  }
   if (path.degraded_since == kNever) {
     path.degraded_since = now;
   } else if (now - path.degraded_since >= cfg_.degraded_hold) {

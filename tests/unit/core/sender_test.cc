@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -27,6 +29,7 @@ using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 using ::testing::UnorderedElementsAre;
 using ::testing::StartsWith;
@@ -563,6 +566,43 @@ TEST(Sender_TailProbe, NoneWhileDataWaitsToBeSent) {
   waiting.PostWrite(At(0 * kUs), 1, 8 * kMtu);
   EXPECT_THAT(waiting.Log(), SizeIs(2));
   EXPECT_EQ(waiting.conn.NextDeadline(), At(50 * kUs));
+}
+
+// [paths-and-recovery §7.3] Every packet sent is acknowledged 10 us later, its ACK carrying a CE
+// mark when `marked(path)`; returns the connection's path events.
+std::vector<std::string> RunMarked(const std::function<bool(uint16_t)>& marked) {
+  ConnectionConfig c = RequesterConfig(4);
+  c.ecn_gain = 1;  // alpha = the latest window's marked fraction
+  c.degraded_hold = 30 * kUs;
+  c.initial_window_bytes = 16 * kMtu;  // 4 packets per path per round: 8 rounds of data
+  c.max_cwnd_bytes = 4 * kMtu;
+  Requester r(c);
+  for (uint32_t i = 0; i < 8; ++i) r.PostWrite(At(0 * kUs), i + 1, 16 * kMtu);
+  std::array<uint32_t, 4> ce{};
+  for (int step = 1; step <= 40; ++step) {
+    const std::vector<RecordedPacket> sent = r.sink.packets();
+    r.sink.Clear();
+    for (const RecordedPacket& x : sent) {
+      if (!wire::IsData(x.packet.opcode)) continue;
+      const uint16_t path = x.packet.path_id;
+      wire::Packet a = Requester::Ack(path, x.packet.psn + 1, x.packet.psn);
+      if (marked(path)) ++ce[path];
+      a.ack.ce_count = ce[path];
+      r.Feed(At(step * 10 * kUs), a);
+    }
+  }
+  return r.Events();
+}
+
+TEST(Sender_Congestion, APathMarkedAloneRotatesAfterTheHold) {
+  const std::vector<std::string> events = RunMarked([](uint16_t path) { return path == 2; });
+  EXPECT_THAT(events, Contains(HasSubstr("path 2 rotated persistent_congestion")));
+  EXPECT_THAT(events, Not(Contains(HasSubstr("path 0"))));
+}
+
+TEST(Sender_Congestion, PathsMarkedTogetherShareTheQueueAndNoneRotates) {
+  // An incast's queue is the responder's link: every path is marked, and no port avoids it.
+  EXPECT_THAT(RunMarked([](uint16_t) { return true; }), IsEmpty());
 }
 
 // Two paths; path 0 delivers, path 1 is black-holed from t=0. PTOs of path 1 expire at 50, 150
