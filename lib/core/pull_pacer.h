@@ -24,7 +24,9 @@
 //   (flags::kDelayedAck: no RTT sample).
 // - Pulls are numbered in the order they go (their turn): the owner sends a waiting pull on
 //   path turn mod paths (the next that has a port to answer to), so the ACKs spread over the
-//   reverse routes. The requester sends the pulled packet on its own next path.
+//   reverse routes, and the requester sends the pulled packet on the pull's path (once it has
+//   sent on every path: the owner can only pull on paths it has heard from), so the host's
+//   links and planes take the pulled packets in turn.
 //
 // Sans-I/O, single-threaded, deterministic. Disabled (rate 0): RequestPull never pulls.
 #pragma once

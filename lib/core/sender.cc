@@ -255,7 +255,19 @@ Duration Sender::PacingRtt(const SenderPath& path) const {
   return latest_rtt_ == Duration(0) ? path.rtt.srtt() : latest_rtt_;  // none yet: initial_rtt
 }
 
-SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked) {
+int Sender::PulledPath() const {
+  // A path the connection never sent on cannot be pulled on (the responder has no port to
+  // answer to): while there is one, it goes first, so that every path soon has a port and the
+  // pulls, which the responder spreads over the paths in turn, reach them all.
+  for (uint16_t i = 0; i < cfg_.SprayPaths(); ++i) {
+    const SenderPath& p = paths_[(rr_cursor_ + i) % cfg_.SprayPaths()];
+    if (p.tx_order == 0 && Usable(p)) return p.id;
+  }
+  return pull_paths_.front();
+}
+
+SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked,
+                             int preferred) {
   if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
     return nullptr;
   }
@@ -268,6 +280,13 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
       if (p.state == PathState::kActive) active += p.inflight_bytes;
     }
     if (active > 0 && active + bytes > share) return nullptr;
+  }
+  if (preferred >= 0 && preferred < cfg_.SprayPaths()) {
+    SenderPath& p = paths_[preferred];
+    if (Usable(p) && !p.gbn_resending && p.outstanding() < wire::kSackBits &&
+        (p.inflight_bytes == 0 || p.inflight_bytes + bytes <= Window(p))) {
+      return &p;
+    }
   }
   const bool hedge = queued != nullptr && queued->hedge;
   const uint16_t n = cfg_.SprayPaths();
@@ -338,7 +357,7 @@ void Sender::Pump(Instant now) {
   pace_wakeup_ = kNever;
   // Pulls left over when nothing waits are given up: the pacer's slot for each is gone, and
   // the next burst's first packet goes unsolicited, counted as such.
-  if (pulls_unspent_ > 0 && !MoreToSend()) pulls_unspent_ = 0;
+  if (!pull_paths_.empty() && !MoreToSend()) pull_paths_.clear();
   while (!failed_ && NextPacket(now, &ref, &queued)) {
     OutboundMessage* m = Find(ref.msg_seq);
     const uint32_t bytes = PacketBytes(*m, ref.index);
@@ -353,16 +372,17 @@ void Sender::Pump(Instant now) {
     const bool clocked = Clocked();
     bool on_pull = false, whole_share = false;
     if (clocked && queued == nullptr) {
-      on_pull = pulls_unspent_ > 0;
+      on_pull = !pull_paths_.empty();
       if (!on_pull && !UnsolicitedAllowed(now)) return;
     } else if (queued == nullptr && Paced()) {
       whole_share =
           inflight_bytes_ + bytes <= uint64_t{paths_.front().window_hint} * cfg_.SprayPaths();
     }
-    SenderPath* path = PickPath(now, bytes, queued, clocked || whole_share);
+    SenderPath* path =
+        PickPath(now, bytes, queued, clocked || whole_share, on_pull ? PulledPath() : -1);
     if (path == nullptr) return;
     if (on_pull) {
-      --pulls_unspent_;
+      pull_paths_.pop_front();
       sending_on_pull_ = true;
     }
     if (queued == nullptr) last_new_at_ = now, pull_probed_ = false;
@@ -717,7 +737,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     for (SenderPath& p : paths_) p.window_hint = ack.ack.window_hint;
     if (!Paced()) {  // §6: pulls clock paced shares only
       pull_seen_ = false;
-      pulls_unspent_ = 0;
+      pull_paths_.clear();
       pulls_owed_ = pull_bonus_ = 0;
       pull_gap_ = Duration(0);
       last_pull_at_ = kNever;
@@ -735,7 +755,9 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     conn_.counters_.pulls_rcvd += fresh;
     if (!Paced()) return;
     pull_seen_ = true;
-    pulls_unspent_ = std::min<uint32_t>(pulls_unspent_ + fresh, wire::kSackBits);
+    for (uint8_t i = 0; i < fresh && pull_paths_.size() < wire::kSackBits; ++i) {
+      pull_paths_.push_back(ack.path_id);
+    }
     if (last_pull_at_ != kNever) {
       const Duration gap = now - last_pull_at_;
       pull_gap_ = gap;

@@ -160,9 +160,12 @@ class Sender {
   // path and prefers its plane.
   // A path whose window is below one packet is paced (congestion.md §1): it is picked when its
   // time has come, and otherwise sets pace_wakeup_.
-  // A connection the responder pulls (`clocked`: Clocked()) sends on pulls, not at a rate: the
-  // next idle usable path in the round robin takes its packet, whichever path the pull came on.
-  SenderPath* PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked);
+  // A connection the responder pulls (`clocked`: Clocked()) sends on pulls, not at a rate: any
+  // idle usable path takes its packet, `preferred` (PulledPath()) first.
+  SenderPath* PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked,
+                       int preferred = -1);
+  // The path a pulled packet should take: one never sent on, else the pull's own.
+  int PulledPath() const;
   // congestion.md §6: the share is below one packet per path (the connection is paced).
   bool Paced() const;
   // ... and the responder pulls it: new data waits for pulls.
@@ -265,12 +268,10 @@ class Sender {
   // congestion.md §6: pulls seen while paced (the responder clocks this connection), pulls not
   // used yet, the latest new data packet, and whether the packet being sent uses a pull.
   bool pull_seen_ = false;
-  // Pulls not used yet (at most 256). The packet a pull lets through goes on the next path of
-  // the connection's own round robin, which starts on a path of the connection's seed: so
-  // requesters pulled in turn do not move through their paths in step. (Sending it on the pull's
-  // path instead kept a connection on the few paths it started on: the responder can only pull
-  // on a path it has heard from.)
-  uint32_t pulls_unspent_ = 0;
+  // Pulls not used yet (at most 256), each with the path it came on: the packet it lets through
+  // goes there (the responder spreads its pulls over the paths in turn, so its links and planes
+  // take the pulled packets in turn), unless a path was never sent on (PulledPath()).
+  std::deque<uint16_t> pull_paths_;
   uint8_t pull_seq_seen_ = 0;  // the responder's pull count, as of the latest ACK (mod 256)
   uint32_t pulls_owed_ = 0;  // new packets sent asking for a pull, not yet answered by one
   // Pulls the responder granted at once (its pacer had room) add one to the allowance, pulls

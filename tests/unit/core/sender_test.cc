@@ -1350,9 +1350,12 @@ TEST(Sender_Pull, APacedConnectionSendsItsNewDataOnPulls) {
   std::vector<RecordedPacket> sent = r.sink.packets();
   ASSERT_THAT(sent, SizeIs(3));
   EXPECT_TRUE(sent[0].packet.flags & wire::flags::kPulled);
-  // The pulled packet goes on the next path of the connection's round robin, not the pull's.
+  // The pulled packet goes on a path never sent on yet (the responder cannot pull on those),
+  // the next in the round robin, not on the pull's.
   const uint16_t paths = PacedConfig().path_count;
   EXPECT_EQ(sent[0].packet.path_id, (first.path_id + 1) % paths);
+  EXPECT_EQ(sent[1].packet.path_id, (first.path_id + 2) % paths);
+  EXPECT_EQ(sent[2].packet.path_id, (first.path_id + 3) % paths);
   EXPECT_TRUE(sent[0].packet.flags & wire::flags::kWantsPull);
   EXPECT_FALSE(sent[1].packet.flags & wire::flags::kPulled);
   EXPECT_FALSE(sent[2].packet.flags & wire::flags::kPulled);
@@ -1364,8 +1367,8 @@ TEST(Sender_Pull, APacedConnectionSendsItsNewDataOnPulls) {
     r.Feed(At(20 * kUs), peer.Ack(x.packet.path_id, x.packet.psn + 1, x.packet.psn));
   }
   EXPECT_THAT(r.sink.packets(), IsEmpty());
-  // A pull that waited (its own ACK, no RTT sample) lets exactly one more go, on the next path
-  // in turn; a copy of it adds nothing (pull_seq did not move).
+  // A pull that waited (its own ACK, no RTT sample) lets exactly one more go, on the pull's own
+  // path now that every path has been used; a copy of it adds nothing (pull_seq did not move).
   uint32_t cum3 = 0;  // path 3's next PSN: everything sent on it was acknowledged above
   for (const RecordedPacket& x : sent) {
     if (x.packet.path_id == 3) cum3 = x.packet.psn + 1;
@@ -1375,7 +1378,7 @@ TEST(Sender_Pull, APacedConnectionSendsItsNewDataOnPulls) {
   r.Feed(At(30 * kUs), deferred);
   ASSERT_THAT(r.sink.packets(), SizeIs(1));
   EXPECT_TRUE(r.sink.packets()[0].packet.flags & wire::flags::kPulled);
-  EXPECT_EQ(r.sink.packets()[0].packet.path_id, (sent[2].packet.path_id + 1) % paths);
+  EXPECT_EQ(r.sink.packets()[0].packet.path_id, 3);
   EXPECT_EQ(r.conn.counters().pulls_rcvd, 2u);
 }
 
