@@ -57,6 +57,8 @@ absl::Status Connection::PostSend(Instant now, const SendWorkRequest& wr) {
     return absl::FailedPreconditionError(
         absl::StrCat("connection is in error (", std::string(StatusName(error_status_)), ")"));
   }
+  // congestion.md §5.2: a connection this host sends on is not one about to send to it.
+  if (budget_ != nullptr) budget_->OnLocalPost(activity_);
   return sender_->Post(now, wr);
 }
 

@@ -16,6 +16,12 @@ void ReceiveBudget::AddConnection(ActivityMark& mark, uint16_t pairs) {
   groups_.back().pending_pairs += pairs;
 }
 
+void ReceiveBudget::OnLocalPost(ActivityMark& mark) {
+  if (!mark.pending) return;
+  if (SetupGroup* g = GroupOf(mark)) g->pending_pairs -= mark.pairs;
+  mark.pending = false;
+}
+
 void ReceiveBudget::RemoveConnection(ActivityMark& mark) {
   connections_ -= connections_ > 0;
   if (mark.pending) {

@@ -75,6 +75,10 @@ class ReceiveBudget {
   // A connection with `pairs` paths was set up (it counts as pending) / is going away.
   void AddConnection(ActivityMark& mark, uint16_t pairs);
   void RemoveConnection(ActivityMark& mark);
+  // This host posted work on the connection: every operation moves data from the poster to its
+  // peer, so the connection sends from here and stops counting as about to send to this host
+  // (it counts again, as active, when a data packet of it arrives).
+  void OnLocalPost(ActivityMark& mark);
 
   // A data packet of `bytes` payload bytes, of the connection marked by `mark`, arrived at `now`
   // (monotonic across calls).

@@ -35,6 +35,24 @@ TEST(ReceiveBudget_Hint, IsTheBudgetOverThePathsOfConnectionsSetUpAndNotYetSendi
   EXPECT_EQ(b.Hint(At(1000 * kUs)), 10'000u);
 }
 
+TEST(ReceiveBudget_Hint, AConnectionThisHostPostsOnIsNotPending) {
+  // A permutation: each host sends on one connection and receives on another. The one it sends
+  // on counted for the whole active_window and halved the other's share.
+  ReceiveBudget b(Config());
+  ActivityMark outgoing, incoming;
+  b.AddConnection(outgoing, 8);
+  b.AddConnection(incoming, 8);
+  b.OnLocalPost(outgoing);
+  EXPECT_EQ(b.counted_pairs(), 8u);
+  EXPECT_EQ(b.Hint(At(0 * kUs)), 10'000u);
+  b.OnLocalPost(outgoing);  // once is enough
+  b.OnData(At(1 * kUs), incoming, 1000);
+  EXPECT_EQ(b.Hint(At(1 * kUs)), 10'000u);
+  // Data arriving on it after all (both directions in use) counts it, as active.
+  b.OnData(At(2 * kUs), outgoing, 1000);
+  EXPECT_EQ(b.counted_pairs(), 16u);
+}
+
 TEST(ReceiveBudget_Hint, DisabledBudgetGivesNoHintAndNoOffer) {
   ReceiveBudgetConfig c = Config();
   c.budget_bytes = 0;
