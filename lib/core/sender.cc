@@ -601,8 +601,8 @@ void Sender::ArmTailProbe(SenderPath& path, Instant since) {
   // it is a guess, one packet per path per tail, and no evidence against the path. (Two hosts,
   // 30 connections at 1 % loss: the last messages waited for the 50 us floor of the ordinary
   // deadline, 40 us of a 480 us run with nothing to send.)
-  if (!cfg_.tail_probes || cfg_.profile.recovery != RecoveryPolicy::kSelective || path.tail_probed ||
-      path.overtaken || path.outstanding() == 0 || MoreToSend() ||
+  if (!cfg_.tail_probes || cfg_.profile.recovery != RecoveryPolicy::kSelective ||
+      path.tail_probed || path.overtaken || path.outstanding() == 0 || MoreToSend() ||
       (path.state != PathState::kActive && path.state != PathState::kSuspect)) {
     return;
   }
