@@ -1047,6 +1047,15 @@ bool Sender::OnlyFillersOutstanding(const SenderPath& path) const {
   return true;
 }
 
+uint32_t Sender::TailProbePsn(Instant now, const SenderPath& path) const {
+  for (uint32_t psn = path.next_psn; psn != path.snd_una;) {
+    --psn;
+    const SentPacket& e = path.at(psn);
+    if (!e.acked && e.rnr_until <= now) return psn;
+  }
+  return path.next_psn;
+}
+
 void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerPathTimeout);
   if (path.outstanding() == 0) {
@@ -1056,15 +1065,8 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   if (path.tail_probe_armed) {
     // [R5d] no evidence, no state change: the newest packet again, then the ordinary deadline.
     path.tail_probed = true;
-    if (!MoreToSend()) {
-      for (uint32_t psn = path.next_psn; psn != path.snd_una;) {
-        --psn;
-        const SentPacket& e = path.at(psn);
-        if (!e.acked && e.rnr_until <= now) {
-          Retransmit(now, path, psn, Why::kTailProbe);
-          break;
-        }
-      }
+    if (const uint32_t probe = TailProbePsn(now, path); probe != path.next_psn && !MoreToSend()) {
+      Retransmit(now, path, probe, Why::kTailProbe);
     }
     if (!failed_) ArmPto(now, path);
     return;
@@ -1118,15 +1120,7 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
     path.gbn_last_goback = now;
   } else {
     // [R5] tail loss probe: resend the highest outstanding PSN; its ACK exposes gaps below.
-    uint32_t probe = path.next_psn;
-    for (uint32_t psn = path.next_psn; psn != path.snd_una;) {
-      --psn;
-      const SentPacket& e = path.at(psn);
-      if (!e.acked && e.rnr_until <= now) {
-        probe = psn;
-        break;
-      }
-    }
+    const uint32_t probe = TailProbePsn(now, path);
     if (probe == path.next_psn) {  // everything outstanding waits for the responder (RNR)
       ArmPto(now, path);
       return;

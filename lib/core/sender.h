@@ -228,6 +228,9 @@ class Sender {
   // not probed since its last progress probes its tail two RTTs after `since` (its latest
   // transmission, or the ACK that re-arms its deadline), if that comes before the ordinary one.
   void ArmTailProbe(SenderPath& path, Instant since);
+  // The PSN a tail-loss probe resends ([R5] step 4, [R5d]): the highest outstanding one not
+  // waiting for an RNR delay; next_psn when there is none.
+  uint32_t TailProbePsn(Instant now, const SenderPath& path) const;
   // no_progress_timeout / (2 * fail_after_timeouts): the longest PTO, probe interval while work
   // waits, and connection-wide silence before a path fails for it ([R5], [R5c], [R7]).
   Duration RecoveryCap() const;
