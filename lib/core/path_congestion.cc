@@ -37,6 +37,7 @@ void PathCongestion::OnAck(Instant now, uint32_t acked_bytes, uint32_t acked_pac
     }
   }
   if (ce_packets > 0 || above_target) last_signal_ = now;
+  if (above_target) last_delay_signal_ = now;
   if (cut || ce_packets > 0) {
     slow_start_ = false;  // the first signal ends slow start, as in TCP
   } else if (acked_bytes > 0 && !above_target) {
@@ -48,7 +49,7 @@ void PathCongestion::OnAck(Instant now, uint32_t acked_bytes, uint32_t acked_pac
 }
 
 bool PathCongestion::OnLoss(Instant now, Duration srtt) {
-  if (now - last_signal_ > srtt || now - last_loss_cut_ < srtt) return false;
+  if (now - last_delay_signal_ > srtt || now - last_loss_cut_ < srtt) return false;
   cwnd_ *= 0.5;
   last_loss_cut_ = now;
   slow_start_ = false;
@@ -62,7 +63,7 @@ void PathCongestion::Reset() {
   slow_start_ = true;
   window_acked_ = window_ce_ = 0;
   window_end_ = Instant{0};
-  last_delay_cut_ = last_signal_ = last_loss_cut_ = Instant{INT64_MIN / 2};
+  last_delay_cut_ = last_signal_ = last_delay_signal_ = last_loss_cut_ = Instant{INT64_MIN / 2};
   Clamp();
 }
 

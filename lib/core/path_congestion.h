@@ -2,9 +2,10 @@
 // first signal, additive increase after it.
 //
 // Loss alone is not an input: on a lossy fabric a random drop says nothing about queues, and path
-// failure is handled by path health, not by the window. A loss with a queue around it (CE marks
-// or an RTT above target within the last RTT) is an overflow drop, and cuts like a congestion
-// signal (docs/spec/congestion.md §4).
+// failure is handled by path health, not by the window. A loss behind a deep queue (an RTT above
+// target within the last RTT) is an overflow drop, and cuts like a congestion signal; CE marks
+// alone say the queue stands above the marking threshold, not that it is full
+// (docs/spec/congestion.md §4).
 #pragma once
 
 #include <cstdint>
@@ -31,8 +32,8 @@ class PathCongestion {
   // come from the path's estimator.
   void OnAck(Instant now, uint32_t acked_bytes, uint32_t acked_packets, uint32_t ce_packets,
              Duration rtt_sample, Duration srtt, Duration min_rtt);
-  // A loss detected on the path at `now`. With congestion evidence within the last `srtt` it is
-  // taken for an overflow drop: cwnd halves, at most once per `srtt`, and slow start ends.
+  // A loss detected on the path at `now`. With an RTT sample above target within the last `srtt`
+  // it is taken for an overflow drop: cwnd halves, at most once per `srtt`, and slow start ends.
   // Returns whether the window was cut; without evidence nothing changes.
   bool OnLoss(Instant now, Duration srtt);
   // A new route (after rotation): start over.
@@ -58,6 +59,7 @@ class PathCongestion {
   uint64_t window_acked_ = 0, window_ce_ = 0;
   Instant last_delay_cut_{INT64_MIN / 2};
   Instant last_signal_{INT64_MIN / 2};    // latest ACK with CE marks or an RTT above target
+  Instant last_delay_signal_{INT64_MIN / 2};  // latest ACK with an RTT above target
   Instant last_loss_cut_{INT64_MIN / 2};
 };
 
