@@ -215,7 +215,7 @@ const std::vector<FlagSpec>& Flags() {
          return absl::OkStatus();
        }},
       {"receive-budget-kb", "KIB",
-       "each host's receive budget, shared as window hints by the connections sending to it (default: the bandwidth-delay product, all paths' rate x base RTT; 0: no hints)",
+       "each host's receive budget, shared as window hints by the connections sending to it (default: all paths' rate x (base RTT + the responder's ACK delay); 0: no hints)",
        [](absl::string_view v, CommandLine& out) -> absl::Status {
          absl::StatusOr<uint64_t> n = ParseSize("receive-budget-kb", v);
          if (!n.ok()) return n.status();
@@ -479,8 +479,8 @@ const std::vector<FlagSpec>& ClusterFlags() {
                        [](uint64_t n, ClusterConfig& c) { c.background_incast = uint32_t(n); })},
       {"receive-budget-kb", "KIB",
        "every host's receive budget, shared as window hints by the connections sending to it "
-       "(default: the host's bandwidth-delay product, its links of every plane x the RTT through "
-       "a spine; 0: no hints)",
+       "(default: its links of every plane x (the RTT through a spine + the responder's ACK "
+       "delay); 0: no hints)",
        ClusterUnsigned("receive-budget-kb", uint64_t{1} << 32,
                        [](uint64_t n, ClusterConfig& c) { c.receive_budget_bytes = n * 1024; })},
       {"pull-rate-gbps", "GBPS",

@@ -876,7 +876,8 @@ uint64_t ClusterConfig::ReceiveBudgetBytes() const {
   const double mtu_wire = static_cast<double>(mtu + wire::kDataHeadersSize + kWireOverheadBytes);
   const double rtt_ns = 8 * static_cast<double>(fabric.hop_delay.count()) +
                         2 * mtu_wire * 8 / fabric.host_gbps + 2 * mtu_wire * 8 / fabric.fabric_gbps;
-  return static_cast<uint64_t>(fabric.planes * fabric.host_gbps / 8 * rtt_ns);
+  return SimDefaultBudgetBytes(fabric.planes * fabric.host_gbps,
+                               Duration(static_cast<int64_t>(rtt_ns)));
 }
 
 absl::Status ClusterConfig::Validate() const {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "lib/core/config.h"
 #include "lib/wire/packet.h"
 
 namespace metaroce::sim {
@@ -119,6 +120,11 @@ Fabric::SendResult Fabric::Send(Direction direction, const core::TxMeta& meta,
                           buffers_.Recycle(std::move(d.bytes));
                         });
   return result;
+}
+
+uint64_t SimDefaultBudgetBytes(double gbps, Duration base_rtt) {
+  const Duration rtt = base_rtt + core::ConnectionConfig{}.delayed_ack;
+  return static_cast<uint64_t>(gbps / 8 * static_cast<double>(rtt.count()));  // Gb/s x ns
 }
 
 core::ReceiveBudgetConfig SimHostBudget(uint64_t budget_bytes, uint32_t mtu, double pull_gbps) {

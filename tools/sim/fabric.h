@@ -47,6 +47,12 @@ inline constexpr uint32_t kWireOverheadBytes = 14 + 20 + 8 + 4 + 8 + 12;  // = 6
 // A simulated host's receive budget and pull pacer as the core takes them, in this fabric's
 // wire bytes (both models).
 core::ReceiveBudgetConfig SimHostBudget(uint64_t budget_bytes, uint32_t mtu, double pull_gbps);
+
+// The default budget of a host that receives at `gbps`: what is in flight while a packet goes
+// out and its ACK comes back, the base RTT and the responder's ACK delay (ack_every packets or
+// delayed_ack, whichever first: a budget of the base RTT alone left a lone sender's share a
+// fifth short of the link, congestion.md §5.2).
+uint64_t SimDefaultBudgetBytes(double gbps, Duration base_rtt);
 inline constexpr uint64_t WireBytes(size_t udp_payload_bytes) {
   return udp_payload_bytes + kWireOverheadBytes;
 }

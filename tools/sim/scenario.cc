@@ -1061,7 +1061,7 @@ uint64_t ScenarioConfig::ReceiveBudgetBytes() const {
   if (receive_budget_bytes) return *receive_budget_bytes;
   double gbps = 0;
   for (uint16_t p = 0; p < physical_paths; ++p) gbps += PathRateGbps(p);
-  return static_cast<uint64_t>(gbps / 8 * static_cast<double>(BaseRtt().count()));  // Gb/s x ns
+  return SimDefaultBudgetBytes(gbps, BaseRtt());
 }
 
 double ScenarioConfig::PathLossProbability(uint16_t path, bool ack_direction) const {
