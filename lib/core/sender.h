@@ -95,9 +95,10 @@ struct SenderPath {
   uint32_t attributed_timeouts = 0;  // ... of which evidence against this path: toward failure
   Instant last_timeout_at{INT64_MIN / 2};  // latest PTO expiry: evidence must be newer [R5a]
   bool overtaken = false;  // [R5a] siblings delivered later packets; no progress here since
-  // [R5d] the deadline armed is the tail probe's; and one went since the path's last progress.
+  // [R5d] the deadline armed is the tail probe's; and how many went since the path's last
+  // progress.
   bool tail_probe_armed = false;
-  bool tail_probed = false;
+  uint8_t tail_probes = 0;
   // [R5a] the stall gate set the overtaken evidence aside then: until the path's plane makes
   // progress again, only the ordinary timer judges the path.
   Instant stall_suspected_at{INT64_MIN / 2};
@@ -223,11 +224,23 @@ class Sender {
   void CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent);
   // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
   void Hedge(Instant now, SenderPath& path);
+  // How late a packet on `path` may be before it is overdue: beyond its expected delay (its
+  // srtt) when `than` is null, else beyond a packet on `than` sent at the same time.
   Duration OvertakenTimeout(const SenderPath& path, const SenderPath* than) const;
+  // RACK's reordering margin (RFC 8985 §6.2) for a packet on `path` compared with one on a path
+  // of smoothed RTT `than_srtt`: the difference of their srtts, a quarter of `path`'s min RTT,
+  // and the peer's ACK delay.
+  Duration ReorderMargin(const SenderPath& path, Duration than_srtt) const;
   // [R5d] Once the connection has nothing more to send, a path with packets outstanding that has
-  // not probed since its last progress probes its tail two RTTs after `since` (its latest
-  // transmission, or the ACK that re-arms its deadline), if that comes before the ordinary one.
+  // sent fewer than kMaxTailProbes probes since its last progress probes its tail, if that comes
+  // before the ordinary deadline: the first probe when its newest outstanding packet is overdue
+  // (an RTT after it went, plus ReorderMargin) or two RTTs after `since` (its latest
+  // transmission, or the ACK that re-arms its deadline), whichever is first; each further probe
+  // two RTTs after the one before.
   void ArmTailProbe(SenderPath& path, Instant since);
+  bool TailProbeAllowed(const SenderPath& path) const;
+  // Makes `due` the path's deadline, as a tail probe's, if it is earlier than the one armed.
+  void ArmTailProbeAt(SenderPath& path, Instant due);
   // The PSN a tail-loss probe resends ([R5] step 4, [R5d]): the highest outstanding one not
   // waiting for an RNR delay; next_psn when there is none.
   uint32_t TailProbePsn(Instant now, const SenderPath& path) const;

@@ -518,38 +518,48 @@ TEST(Sender_Pto, TailLossProbeAtTheComputedTimeWithDoublingBackoff) {
   EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
 }
 
-// [R5d] Once nothing more waits, each path probes its tail two RTTs (the connection's latest
-// sample) and one ACK delay after its newest packet: a guess, not evidence against the path.
-TEST(Sender_TailProbe, ProbesThePathsNewestPacketTwoRttsAfterItWithoutSuspectingIt) {
+// [R5d] Once nothing more waits, each path probes its tail: first when its newest packet is
+// overdue (an RTT after it was sent, plus a quarter of the minimum RTT and an ACK delay), then two
+// RTTs and an ACK delay after each probe, up to three probes: a guess, not evidence against it.
+TEST(Sender_TailProbe, ProbesThePathsNewestPacketOnceOverdueWithoutSuspectingIt) {
   ConnectionConfig c = RequesterConfig(1);
   c.tail_probes = true;
   c.fail_after_timeouts = 10;
   Requester r(c);
   r.PostWrite(At(0 * kUs), 1, 4 * kMtu);
   r.sink.Clear();
-  // RTT sample 20 us: the tail probe is due at 20 + 2 x 20 + 4 (delayed_ack) = 64 us, before the
-  // ordinary deadline (20 + 60 us).
+  // RTT sample 20 us (min 20): psn 3, sent at 0, is overdue at 20 + 5 + 4 (delayed_ack) = 29 us,
+  // before the ordinary deadline (20 + 60 us).
   r.Feed(At(20 * kUs), Requester::Ack(0, 2, 1));
-  EXPECT_EQ(r.conn.NextDeadline(), At(64 * kUs));
-  r.conn.OnTimer(At(64 * kUs));
+  EXPECT_EQ(r.conn.NextDeadline(), At(29 * kUs));
+  r.conn.OnTimer(At(29 * kUs));
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
   EXPECT_EQ(r.conn.path_stats(0).state, PathState::kActive);
   EXPECT_EQ(r.conn.path_stats(0).timeouts, 0u);
   EXPECT_EQ(r.conn.counters().tail_probes, 1u);
   EXPECT_EQ(r.conn.counters().timeout_retransmits, 0u);
-  // One per progress: next comes the ordinary deadline, 60 us on, which does count.
-  EXPECT_EQ(r.conn.NextDeadline(), At(124 * kUs));
-  r.conn.OnTimer(At(124 * kUs));
+  // A probe is lost like any packet: two more, 2 x 20 + 4 us apart.
+  EXPECT_EQ(r.conn.NextDeadline(), At(73 * kUs));
+  r.conn.OnTimer(At(73 * kUs));
+  EXPECT_EQ(r.conn.NextDeadline(), At(117 * kUs));
+  r.conn.OnTimer(At(117 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX",
+                                   "path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r.conn.counters().tail_probes, 3u);
+  EXPECT_EQ(r.conn.path_stats(0).state, PathState::kActive);
+  // Then the ordinary deadline, 60 us after the last probe, which does count.
+  EXPECT_EQ(r.conn.NextDeadline(), At(177 * kUs));
+  r.conn.OnTimer(At(177 * kUs));
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
   EXPECT_EQ(r.conn.path_stats(0).state, PathState::kSuspect);
   EXPECT_EQ(r.conn.counters().timeout_retransmits, 1u);
-  // Progress shows psn 2 lost (resent at once, [R4]), and the path may probe its tail again,
-  // two RTTs after that ACK (the retransmission gave no RTT sample: still 20 us).
-  r.Feed(At(130 * kUs), Requester::Ack(0, 2, 3, {3}));
+  // Progress shows psn 2 lost (resent at once, [R4]), and the path may probe its tail again:
+  // the resent psn 2 is overdue 29 us after it went.
+  r.Feed(At(180 * kUs), Requester::Ack(0, 2, 3, {3}));
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 2 msg 0 off 2048 len 1024 ACK_REQ RETX"));
   EXPECT_EQ(r.conn.path_stats(0).state, PathState::kActive);
-  EXPECT_EQ(r.conn.NextDeadline(), At(174 * kUs));
-  EXPECT_EQ(r.conn.counters().tail_probes, 1u);
+  EXPECT_EQ(r.conn.NextDeadline(), At(209 * kUs));
+  EXPECT_EQ(r.conn.counters().tail_probes, 3u);
 }
 
 TEST(Sender_TailProbe, NoneWhileDataWaitsToBeSent) {
