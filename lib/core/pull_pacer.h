@@ -9,9 +9,10 @@
 //
 // Accounting, O(1) per packet:
 // - A slot clock at the receive rate: releasing a pull takes one packet's slot (the packet it
-//   pulls, a full one); a data packet that arrives without having been pulled (a first packet,
-//   a retransmission, a requester not paced) takes the slot of its own size on arrival: it used
-//   the link without the pacer's leave, so the pulls after it wait for the link time it took.
+//   pulls, a full one); a data packet that arrives without having been pulled (a retransmission,
+//   a requester not paced) takes the slot of its own size on arrival: it used the link without
+//   the pacer's leave, so the pulls after it wait for the link time it took. (The owner reports a
+//   connection's first window as pulled: the host granted it with its offer at set-up.)
 //   The clock never runs behind `now`: idle time is not saved up for a burst.
 // - A CE-marked arrival delays the pulls by a fraction of a slot (config), so the pacer drains
 //   a queue that unsolicited packets built instead of holding it.

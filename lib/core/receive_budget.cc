@@ -78,6 +78,10 @@ void ReceiveBudget::Roll(Instant now) {
 void ReceiveBudget::OnData(Instant now, ActivityMark& mark, uint32_t bytes) {
   epoch_bytes_ += bytes;
   Roll(now);
+  if (mark.epoch == 0) {  // its first data packet: its first window is the share it was offered
+    mark.prepaid_bytes =
+        config_.budget_bytes * mark.pairs / std::max<uint64_t>(mark.pairs, counted_pairs());
+  }
   if (mark.pending) {
     if (SetupGroup* g = GroupOf(mark)) g->pending_pairs -= mark.pairs;
     mark.pending = false;

@@ -62,6 +62,9 @@ struct ActivityMark {
   uint64_t serial = 0;    // order of registration (1, 2, ...): finds its set-up group
   uint16_t pairs = 0;     // paths it sprays on
   bool pending = false;   // counted from set-up, no data packet yet
+  // What is left of its first window: its share of the budget when its first data packet came
+  // (what the set-up offered it, congestion.md §5.3), in payload bytes.
+  uint64_t prepaid_bytes = 0;
 };
 
 class ReceiveBudget {
@@ -83,6 +86,18 @@ class ReceiveBudget {
   // A data packet of `bytes` payload bytes, of the connection marked by `mark`, arrived at `now`
   // (monotonic across calls).
   void OnData(Instant now, ActivityMark& mark, uint32_t bytes);
+  // An unpulled data packet of `bytes` payload bytes of the connection arrived (after OnData):
+  // true when it is within the connection's first window, which the host granted when it
+  // offered the share (congestion.md §6.2: the pull pacer takes no slot for it); the first packet
+  // beyond ends the window.
+  bool TakePrepaid(ActivityMark& mark, uint32_t bytes) {
+    if (mark.prepaid_bytes < bytes) {
+      mark.prepaid_bytes = 0;
+      return false;
+    }
+    mark.prepaid_bytes -= bytes;
+    return true;
+  }
 
   // The window_hint for an ACK sent at `now`: the budget divided among the counted pairs, at
   // least 1 (a hint of 0 would mean "no hint"). 0 when the budget is disabled.

@@ -149,8 +149,13 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
     conn_.budget_->OnData(now, conn_.activity_, static_cast<uint32_t>(p.payload.size()));  // cc §5
     // §6: every arrival took the link, accepted or not; the pacer counts those it did not pull.
     PullPacer& pacer = conn_.budget_->pacer();
+    // A first window's arrivals were granted by the offer (§5.3): the pacer counts them as pulled.
+    const bool pulled = (p.flags & wire::flags::kPulled) != 0;
+    const bool granted =
+        pulled || conn_.budget_->TakePrepaid(conn_.activity_,
+                                             static_cast<uint32_t>(p.payload.size()));
     pacer.OnArrival(now, static_cast<uint32_t>(wire::kDataHeadersSize + p.payload.size()),
-                    (p.flags & wire::flags::kPulled) != 0, meta.ce);
+                    granted, meta.ce);
     // Data that asks for no pull: the requester has nothing more (a FILLER says nothing).
     if (!(p.flags & (wire::flags::kWantsPull | wire::flags::kFiller)) && pacer.enabled()) {
       pacer.CancelPulls(cfg_.local_conn_id);

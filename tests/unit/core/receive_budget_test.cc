@@ -131,5 +131,27 @@ TEST(ReceiveBudget_Offer, IsTheBudgetOverTheConnectionsWithTheNewOne) {
   EXPECT_EQ(b.counted_pairs(), 16u);  // a pending connection removed stops counting at once
 }
 
+// congestion.md §6.2: the host granted a connection's first window with its offer, so the pull
+// pacer takes no slot for it: up to its share of the budget when its first packet comes.
+TEST(ReceiveBudget_Prepaid, AConnectionsFirstWindowIsItsShareWhenItsFirstPacketCame) {
+  ReceiveBudget b(Config());
+  ActivityMark m1, m2;
+  b.AddConnection(m1, 8);
+  b.AddConnection(m2, 8);  // two set up together: a share of 40,000 bytes each
+  b.OnData(At(1 * kUs), m1, 1000);
+  EXPECT_TRUE(b.TakePrepaid(m1, 1000));
+  for (int i = 1; i < 40; ++i) {
+    b.OnData(At(1 * kUs), m1, 1000);
+    EXPECT_TRUE(b.TakePrepaid(m1, 1000)) << i;
+  }
+  b.OnData(At(2 * kUs), m1, 1000);
+  EXPECT_FALSE(b.TakePrepaid(m1, 1000));  // beyond the share: unsolicited
+  // The window ends with the first packet beyond it: nothing is saved up.
+  EXPECT_FALSE(b.TakePrepaid(m1, 1));
+  // A connection's later packets never refill it.
+  b.OnData(At(3 * kUs), m1, 1000);
+  EXPECT_FALSE(b.TakePrepaid(m1, 1000));
+}
+
 }  // namespace
 }  // namespace metaroce::core
