@@ -318,6 +318,24 @@ TEST(Sender_WindowHint, AShareOfPacketsCapsTheConnectionNotEachPath) {
   EXPECT_THAT(r.Log(), SizeIs(2));
 }
 
+TEST(Sender_WindowHint, AnOfferAboveTheInitialWindowIsTheFirstWindow) {
+  // congestion.md §1: the responder granted its offer for the first RTT; below the initial
+  // window the offer caps it as a hint instead.
+  ConnectionConfig c = RequesterConfig(4);
+  c.initial_window_bytes = 8 * kMtu;           // 2 packets per path
+  c.min_cwnd_bytes = kMtu;
+  c.initial_window_hint_bytes = 4 * 6 * kMtu;  // the offer: 6 packets per path
+  Requester offered(c);
+  for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(offered.conn.path_stats(p).cwnd_bytes, 6 * kMtu);
+  offered.PostWrite(At(0 * kUs), 1, 32 * kMtu);
+  EXPECT_THAT(offered.Log(), SizeIs(24));
+  c.initial_window_hint_bytes = 4 * kMtu;  // the offer: 1 packet per path
+  Requester small(c);
+  for (uint16_t p = 0; p < 4; ++p) EXPECT_EQ(small.conn.path_stats(p).cwnd_bytes, 2 * kMtu);
+  small.PostWrite(At(0 * kUs), 1, 32 * kMtu);
+  EXPECT_THAT(small.Log(), SizeIs(4));
+}
+
 TEST(Sender_WindowHint, TheLatestHintOnAnyPathIsEveryPathsShare) {
   // congestion.md §5: the responder's share reaches every path with the first ACK of any, and a
   // path's window is min(cwnd, hint) down to below one packet.
@@ -730,6 +748,33 @@ std::unique_ptr<Requester> PathOneOvertaken(uint32_t fail_after_overtaken = 3) {
   EXPECT_EQ(r->conn.path_stats(1).state, PathState::kSuspect);
   EXPECT_EQ(r->conn.counters().hedged_packets, 2u);
   return r;
+}
+
+// [R5b] An overtaken path whose latest ACK, within two of its RTTs, carried a CE mark is slow
+// behind a queue, not lost: its expiry hedges nothing. The same path without the mark is hedged.
+TEST(Sender_Health, AnOvertakenPathBehindAQueueIsNotHedged) {
+  for (const bool marked : {true, false}) {
+    SCOPED_TRACE(marked ? "marked" : "not marked");
+    ConnectionConfig c = RequesterConfig(2);
+    c.min_probe_timeout = std::chrono::milliseconds(10);
+    Requester r(c);
+    r.PostWrite(At(0 * kUs), 1, 4 * kMtu);          // psn 0 and 1 on each path
+    r.Feed(At(10 * kUs), Requester::Ack(0, 2, 1));  // path 0: RTT 10 us
+    r.Feed(At(38 * kUs), Requester::Ack(1, 1, 0));  // path 1: RTT 38 us, behind a queue
+    wire::Packet last = Requester::Ack(1, 2, 1);
+    last.ack.ce_count = marked ? 1 : 0;
+    r.Feed(At(40 * kUs), last);
+    r.sink.Clear();
+    r.PostWrite(At(41 * kUs), 2, 2 * kMtu);  // psn 2 on each path
+    r.PostWrite(At(90 * kUs), 3, 2 * kMtu);  // psn 3 on each path
+    // Path 0's packet sent at 90 us arrives: path 1's sent at 41 us is overdue by more than the
+    // paths' difference in delay (28 us), a quarter of its min RTT and the ACK delay.
+    r.Feed(At(100 * kUs), Requester::Ack(0, 4, 3));
+    EXPECT_EQ(r.conn.NextDeadline(), At(104 * kUs));
+    r.Log();
+    r.conn.OnTimer(At(104 * kUs));
+    EXPECT_EQ(r.conn.counters().hedged_packets, marked ? 0u : 2u);
+  }
 }
 
 TEST(Sender_Health, APathOvertakenBySiblingsTimesOutWithoutWaitingForTheFloor) {
