@@ -301,6 +301,9 @@ class Sender {
   Instant last_new_at_{INT64_MIN / 2};
   bool sending_on_pull_ = false;
   Duration latest_rtt_{0};                // latest RTT sample of any path
+  // The connection's peak RTT: the largest recent sample of any path, moving a sixteenth of the
+  // way toward each smaller one (an upper envelope, as srtt is a mean). Bounds the PTO below.
+  Duration peak_rtt_{0};
   Instant last_congestion_signal_{INT64_MIN / 2};  // latest CE mark or RTT above target, any path
   double rotation_tokens_ = 0;            // [R7] rate limit; full at the first rotation
   Instant rotation_tokens_at_ = kNever;   // last refill (kNever: the bucket is untouched)

@@ -538,6 +538,20 @@ TEST(Sender_Pto, TailLossProbeAtTheComputedTimeWithDoublingBackoff) {
   EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
 }
 
+// [R5] A path's probe timeout is never shorter than twice the connection's peak RTT: path 0's own
+// estimator says 10 us, but path 1 just took 60 us, and a packet may meet that queue too.
+TEST(Sender_Pto, IsAtLeastTwiceTheConnectionsPeakRtt) {
+  Requester r(RequesterConfig(2));
+  r.PostWrite(At(0 * kUs), 1, 2 * kMtu);          // psn 0 on each path
+  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));  // path 0: 10 us
+  r.Feed(At(60 * kUs), Requester::Ack(1, 1, 0));  // path 1: 60 us, the peak
+  r.Log();
+  r.PostWrite(At(61 * kUs), 2, kMtu);
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 1 msg 1 off 0 len 1024 ACK_REQ"));
+  // max(50 us floor, 60 + 4 x 5 us (latest + path 0's rttvar), 2 x 60 us) after 61 us.
+  EXPECT_EQ(r.conn.NextDeadline(), At(181 * kUs));
+}
+
 // [R5d] Once nothing more waits, each path probes its tail: first when its newest packet is
 // overdue (an RTT after it was sent, plus a quarter of the minimum RTT and an ACK delay), then two
 // RTTs and an ACK delay after each probe, up to three probes: a guess, not evidence against it.
