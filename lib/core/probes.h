@@ -75,7 +75,7 @@ inline constexpr int kRetransmitGoBackN = 2;  // [B1] go-back-N resend
 inline constexpr int kRetransmitRnr = 3;      // [M5] RNR wait over
 inline constexpr int kRetransmitReroute = 4;  // [R5] moved off a failed path
 inline constexpr int kRetransmitHedge = 5;    // [R5b] copied off an overtaken path
-inline constexpr int kRetransmitTailProbe = 6;  // [R5d] the tail's newest packet, two RTTs on
+inline constexpr int kRetransmitTailProbe = 6;  // [R5d] the tail's newest packet, once overdue
 
 // timer_fired: which timer.
 inline constexpr int kTimerPathTimeout = 0;   // a path's probe timeout (PTO)
