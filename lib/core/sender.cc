@@ -289,10 +289,13 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
     }
     if (active > 0 && active + bytes > share) return nullptr;
   }
+  // A path can take a new packet: usable, not resending go-back-N, room in its SACK window.
+  const auto open = [this](const SenderPath& p) {
+    return Usable(p) && !p.gbn_resending && p.outstanding() < wire::kSackBits;
+  };
   if (preferred >= 0 && preferred < cfg_.SprayPaths()) {
     SenderPath& p = paths_[preferred];
-    if (Usable(p) && !p.gbn_resending && p.outstanding() < wire::kSackBits &&
-        (p.inflight_bytes == 0 || p.inflight_bytes + bytes <= Window(p))) {
+    if (open(p) && (p.inflight_bytes == 0 || p.inflight_bytes + bytes <= Window(p))) {
       return &p;
     }
   }
@@ -304,7 +307,7 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
     for (uint16_t i = 0; i < n; ++i) {
       const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + i) % n);
       SenderPath& p = paths_[idx];
-      if (!Usable(p) || p.gbn_resending || p.outstanding() >= wire::kSackBits) continue;
+      if (!open(p)) continue;
       if (hedge && (p.id == queued->from_path ||
                     (pass == 0 && p.plane != paths_[queued->from_path].plane))) {
         continue;
@@ -622,13 +625,14 @@ void Sender::ArmTailProbe(SenderPath& path, Instant since) {
   if (!TailProbeAllowed(path)) return;
   const Duration rtt = latest_rtt_ > Duration(0) ? latest_rtt_ : path.rtt.srtt();
   Instant due = since + 2 * rtt + cfg_.delayed_ack;
-  if (const uint32_t newest = TailProbePsn(since, path);
-      path.tail_probes == 0 && newest != path.next_psn && !Paced()) {
-    // (Not for a connection the responder clocks: its packets wait on the host's pulls, not on
-    // an RTT, and probes taken for overdue by that clock cost the all-to-all of 128 hosts a
-    // tenth of its goodput.)
-    const Duration expected = std::max(rtt, path.rtt.srtt());
-    due = std::min(due, path.at(newest).sent_at + expected + ReorderMargin(path, expected));
+  // (Not for a connection the responder clocks: its packets wait on the host's pulls, not on
+  // an RTT, and probes taken for overdue by that clock cost the all-to-all of 128 hosts a
+  // tenth of its goodput.)
+  if (path.tail_probes == 0 && !Paced()) {
+    if (const uint32_t newest = TailProbePsn(since, path); newest != path.next_psn) {
+      const Duration expected = std::max(rtt, path.rtt.srtt());
+      due = std::min(due, path.at(newest).sent_at + expected + ReorderMargin(path, expected));
+    }
   }
   ArmTailProbeAt(path, due);
 }
@@ -1101,7 +1105,9 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
     return;
   }
   if (path.tail_probe_armed) {
-    // [R5d] no evidence, no state change: the newest packet again, then the ordinary deadline.
+    // [R5d] no evidence, no state change: the newest packet again, then the ordinary deadline
+    // (armed once, below: the probe is not a retransmission that re-arms it).
+    path.tail_probe_armed = false;
     ++path.tail_probes;
     if (const uint32_t probe = TailProbePsn(now, path); probe != path.next_psn && !MoreToSend()) {
       Retransmit(now, path, probe, Why::kTailProbe);
