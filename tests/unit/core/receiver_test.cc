@@ -398,6 +398,22 @@ TEST(Receiver_WindowHint, IsTheHostBudgetSharedByTheConnectionsPaths) {
   EXPECT_EQ(no_budget.sink.packets()[0].packet.ack.window_hint, 0u);
 }
 
+// congestion.md §6.2: a connection's first window, its share of the budget when its first packet
+// came, was granted by the offer: the pull pacer takes no slot for it, and does for what follows.
+TEST(Receiver_Pacer, AConnectionsFirstWindowTakesNoSlot) {
+  ReceiveBudgetConfig config{.budget_bytes = 1'100};
+  config.pull.rate_gbps = 100;
+  ReceiveBudget budget(config);
+  Responder r(ResponderConfig(), &budget);  // the host's only connection: the whole budget
+  r.Feed(At(0 * kUs), r.Write(0, 0, 0, 0, 1200));  // 1,024 bytes: within the first window
+  EXPECT_EQ(budget.pacer().counters().unsolicited_bytes, 0u);
+  r.Feed(At(1 * kUs), r.Write(1, 0, 0, 1024, 1200));  // 176 bytes: beyond it
+  const uint64_t charged = budget.pacer().counters().unsolicited_bytes;
+  EXPECT_EQ(charged, wire::kDataHeadersSize + 176 + config.pull.wire_overhead_bytes);
+  r.Feed(At(2 * kUs), r.Write(2, 0, 1, 0, 100, wire::flags::kPulled));  // pulled: no slot
+  EXPECT_EQ(budget.pacer().counters().unsolicited_bytes, charged);
+}
+
 TEST(Receiver_Probe, AdvancesCumAndRepliesWithTheProbePsn) {
   Responder r;
   r.Feed(At(0 * kUs), r.Filler(1, 5));

@@ -596,6 +596,27 @@ TEST(Sender_TailProbe, ProbesThePathsNewestPacketOnceOverdueWithoutSuspectingIt)
   EXPECT_EQ(r.conn.counters().tail_probes, 3u);
 }
 
+// A connection its responder clocks (a share below one packet: paced) keeps the two-RTT rule:
+// its packets wait on the host's pulls as much as on an RTT.
+TEST(Sender_TailProbe, AClockedConnectionsFirstProbeWaitsTwoRtts) {
+  ConnectionConfig c = RequesterConfig(1);
+  c.tail_probes = true;
+  c.initial_window_hint_bytes = 300;  // below a packet: paced
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 2 * kMtu);
+  const Instant first = r.conn.NextDeadline();  // the pace's phase
+  r.conn.OnTimer(first);
+  EXPECT_THAT(r.Log(), ElementsAre(HasSubstr("psn 0")));
+  wire::Packet ack = Requester::Ack(0, 1, 0);
+  ack.ack.window_hint = 300;
+  r.Feed(first + 20 * kUs, ack);  // RTT 20 us
+  const Instant paced = r.conn.NextDeadline();  // the pace allows psn 1, the last
+  r.conn.OnTimer(paced);
+  EXPECT_THAT(r.Log(), ElementsAre(HasSubstr("psn 1")));
+  // Two RTTs and an ACK delay after it went, not 20 + 5 + 4 us (the overdue rule).
+  EXPECT_EQ(r.conn.NextDeadline(), paced + 44 * kUs);
+}
+
 TEST(Sender_TailProbe, NoneWhileDataWaitsToBeSent) {
   ConnectionConfig c = RequesterConfig(1);
   c.tail_probes = true;
