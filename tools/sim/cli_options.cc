@@ -418,6 +418,16 @@ const std::vector<FlagSpec>& ClusterFlags() {
       {"pfc-xon-kb", "KIB", "lossless: resume it below this (default 48)",
        ClusterUnsigned("pfc-xon-kb", 1u << 30,
                        [](uint64_t n, ClusterConfig& c) { c.fabric.pfc_xon_bytes = n * 1024; })},
+      {"nic-queues", "control-first|fifo",
+       "hosts' NICs: send ACKs and probes ahead of queued data, as a NIC's traffic classes do, "
+       "or one FIFO (default control-first)",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         if (v != "control-first" && v != "fifo") {
+           return BadValue("nic-queues", v, "control-first or fifo");
+         }
+         out.cluster_config.fabric.nic_control_first = v == "control-first";
+         return absl::OkStatus();
+       }},
       {"reconverge-us", "US",
        "routing removes a link down this long from ECMP groups (default 0: never)",
        ClusterReal("reconverge-us",

@@ -957,6 +957,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("ecn_kb", f.ecn_threshold_bytes / 1024);
   w.Field("pfc_xoff_kb", f.pfc_xoff_bytes / 1024);
   w.Field("pfc_xon_kb", f.pfc_xon_bytes / 1024);
+  w.Field("nic_queues", f.nic_control_first ? "control-first" : "fifo");
   w.Field("reconverge_us", static_cast<double>(f.reconvergence.count()) / 1000.0);
   w.Field("faults", uint64_t{c.faults.size()});
   w.Field("transport", TransportName(c.transport));

@@ -203,7 +203,11 @@ void LeafSpineFabric::Enqueue(uint32_t node, uint32_t port, uint32_t slot) {
   }
   q.backlog_bytes += s.wire_bytes;
   q.counters.max_backlog_bytes = std::max(q.counters.max_backlog_bytes, q.backlog_bytes);
-  q.fifo.push_back(slot);
+  if (!s.packet.data && config_.nic_control_first && !IsSwitch(node)) {
+    q.control.push_back(slot);
+  } else {
+    q.fifo.push_back(slot);
+  }
   if (!q.busy && !q.paused) StartNext(port);
 }
 
@@ -215,12 +219,24 @@ void LeafSpineFabric::StartNext(uint32_t port) {
     q.backlog_bytes -= slots_[slot].wire_bytes;
     Drop(port, slot, FabricDrop::kDown);
   }
+  while (q.control_head < q.control.size() && q.down) {
+    const uint32_t slot = q.control[q.control_head++];
+    q.backlog_bytes -= slots_[slot].wire_bytes;
+    Drop(port, slot, FabricDrop::kDown);
+  }
+  if (q.control_head == q.control.size()) {
+    q.control.clear();
+    q.control_head = 0;
+  }
   if (q.fifo_head == q.fifo.size()) {
     q.fifo.clear();
     q.fifo_head = 0;
-    return;
+    if (q.control.empty()) return;
   }
-  const Slot& s = slots_[q.fifo[q.fifo_head]];
+  // The control queue first (only hosts' NICs fill it), then the FIFO.
+  q.on_wire = q.control_head < q.control.size() ? q.control[q.control_head++]
+                                                : q.fifo[q.fifo_head++];
+  const Slot& s = slots_[q.on_wire];
   q.busy = true;
   const int64_t start_ps = std::max(ToPs(queue_.now()), q.free_at_ps);
   q.free_at_ps = start_ps + std::llround(static_cast<double>(s.wire_bytes) * 8000.0 /
@@ -230,7 +246,7 @@ void LeafSpineFabric::StartNext(uint32_t port) {
 
 void LeafSpineFabric::OnSerialized(uint32_t port) {
   Port& q = ports_[port];
-  const uint32_t slot = q.fifo[q.fifo_head++];
+  const uint32_t slot = q.on_wire;
   if (q.fifo_head >= 1024 && 2 * q.fifo_head >= q.fifo.size()) {  // keep the FIFO compact
     q.fifo.erase(q.fifo.begin(), q.fifo.begin() + static_cast<ptrdiff_t>(q.fifo_head));
     q.fifo_head = 0;

@@ -16,6 +16,10 @@
 // tracked in picoseconds, so it does not drift). A packet finds its queue's backlog at enqueue:
 // CE-marked above ecn_threshold_bytes; in a lossy fabric, tail-dropped when backlog + packet
 // exceeds queue_bytes (hosts' NIC queues never drop: the transport's window is their bound).
+// A host's NIC has two transmit queues, as NICs have per traffic class: packets without data
+// (ACKs, probes and their replies) go ahead of data queued there (nic_control_first), so that a
+// host sending a window of its own does not hold back the ACKs of what it receives. Switches
+// keep one FIFO: the fabric's classes are not the transport's to choose.
 //
 // Lossless fabric (PFC, one lossless class). Each device counts, per ingress link, the bytes that
 // arrived through it and have not left the device yet. Above pfc_xoff_bytes it pauses the upstream
@@ -63,6 +67,7 @@ struct LeafSpineConfig {
   uint64_t pfc_xoff_bytes = 96 * 1024;  // per ingress link
   uint64_t pfc_xon_bytes = 48 * 1024;
   Duration reconvergence{0};  // 0: routing never drops a dead link
+  bool nic_control_first = true;  // hosts' NICs send packets without data before queued data
   uint64_t seed = 1;
 
   uint32_t leaves() const { return (hosts + hosts_per_leaf - 1) / hosts_per_leaf; }
@@ -190,6 +195,9 @@ class LeafSpineFabric {
     int64_t free_at_ps = 0;   // end of the latest serialization
     std::vector<uint32_t> fifo;  // packet slots, head at fifo_head
     size_t fifo_head = 0;
+    std::vector<uint32_t> control;  // hosts' NICs: packets without data, served first
+    size_t control_head = 0;
+    uint32_t on_wire = 0;  // the slot being serialized (valid while busy)
     uint64_t backlog_bytes = 0;  // queued, the packet on the wire included
     // Lossless: bytes that came in through this link and are still in this device.
     uint64_t ingress_bytes = 0;

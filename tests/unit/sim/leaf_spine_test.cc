@@ -39,8 +39,9 @@ struct Net {
   explicit Net(const LeafSpineConfig& c)
       : fabric(c, queue, [this](FabricPacket& p) { arrivals.push_back({queue.now(), p}); }) {}
   void Send(uint32_t src, uint32_t dst, uint16_t src_port = 50000, uint8_t plane = 0,
-            uint32_t tag = 0) {
+            uint32_t tag = 0, bool data = false) {
     FabricPacket p;
+    p.data = data;
     p.src_host = src;
     p.dst_host = dst;
     p.plane = plane;
@@ -102,6 +103,44 @@ TEST(LeafSpine_Forwarding, TakesTwoHopsUnderALeafAndFourAcross) {
   EXPECT_EQ(at[2].ns, 80 + 4 * (80 + 1000));
   EXPECT_EQ(n.arrivals[0].packet.dst_host, 3u);
   EXPECT_FALSE(n.arrivals[0].packet.ce);
+}
+
+// A host's NIC sends an ACK ahead of the data it has queued (a NIC's traffic classes); switches
+// keep one FIFO. With nic_control_first off, the host's NIC is one FIFO too.
+TEST(LeafSpine_NicQueues, AnAckOvertakesDataQueuedAtItsHostOnly) {
+  for (const bool control_first : {true, false}) {
+    LeafSpineConfig c = Small();
+    c.nic_control_first = control_first;
+    Net n(c);
+    for (uint32_t i = 1; i <= 10; ++i) n.Send(0, 3, 50000, 0, i, /*data=*/true);
+    n.Send(0, 3, 50000, 0, 100, /*data=*/false);
+    n.Run();
+    ASSERT_EQ(n.arrivals.size(), 11u);
+    std::vector<uint32_t> order;
+    for (const Arrival& a : n.arrivals) order.push_back(TagOf(a.packet));
+    if (control_first) {
+      // The first data packet was already on the wire; the ACK goes next.
+      EXPECT_EQ(order[1], 100u);
+    } else {
+      EXPECT_EQ(order.back(), 100u);
+    }
+  }
+  // At a switch the ACK waits its turn: hosts 0 and 2 send 30 data packets each to host 3, twice
+  // the rate of the leaf's port toward it. Host 1's ACK reaches the leaf at 2,580 ns, when ~37
+  // data packets have arrived there and ~19 have left: it goes out behind the ~18 queued.
+  Net n(Small());
+  for (uint32_t i = 1; i <= 30; ++i) {
+    n.Send(0, 3, 50000, 0, i, /*data=*/true);
+    n.Send(2, 3, 50000, 0, 30 + i, /*data=*/true);
+  }
+  n.RunUntil(Instant{1500});
+  n.Send(1, 3, 50000, 0, 100, /*data=*/false);
+  n.Run();
+  ASSERT_EQ(n.arrivals.size(), 61u);
+  size_t ack_at = 0;
+  while (TagOf(n.arrivals[ack_at].packet) != 100u) ++ack_at;
+  EXPECT_GE(ack_at, 34u) << "behind the data queued at the leaf before it";
+  EXPECT_LE(ack_at, 40u) << "ahead of the data that came after it";
 }
 
 TEST(LeafSpine_Forwarding, PlanesAreSeparateNetworks) {
