@@ -214,6 +214,14 @@ bool Sender::Paced() const {
   return hint != 0 && hint < cfg_.mtu;
 }
 
+bool Sender::NearTail() const {
+  if (SeqLess(segment_seq_ + 1, next_msg_seq_)) return false;  // a later message waits
+  const OutboundMessage* m = Find(segment_seq_);
+  uint64_t left = reroute_.size();
+  if (m != nullptr && !m->done) left += m->packets - m->next_to_send;
+  return left < cfg_.SprayPaths();
+}
+
 bool Sender::MoreToSend() const {
   if (!reroute_.empty()) return true;
   const OutboundMessage* m = Find(segment_seq_);
@@ -499,8 +507,13 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
                              path.outstanding() >= wire::kSackBits;
     const bool ask_for_room = window_full && path.delivered_order >= path.ack_request_order;
     if (ask_for_room) path.ack_request_order = e.last_tx_order;
-    if (last || ask_for_room || retransmission) p.flags |= wire::flags::kAckRequest;
+    // And on the connection's last packets for now, fewer than it has paths: each may be its
+    // path's last, whose loss only the tail probe finds, and a probe need not wait out the
+    // responder's delayed ACK for a packet that asked for one.
+    const bool tail = !retransmission && NearTail();
+    if (last || ask_for_room || retransmission || tail) p.flags |= wire::flags::kAckRequest;
   }
+  e.ack_requested = (p.flags & wire::flags::kAckRequest) != 0;
   if (retransmission) p.flags |= wire::flags::kRetransmit;
   // congestion.md §6: a paced connection asks the responder to pull it while it has more to
   // send, and says which packets went on a pull.
@@ -631,7 +644,11 @@ void Sender::ArmTailProbe(SenderPath& path, Instant since) {
   if (path.tail_probes == 0 && !Paced()) {
     if (const uint32_t newest = TailProbePsn(since, path); newest != path.next_psn) {
       const Duration expected = std::max(rtt, path.rtt.srtt());
-      due = std::min(due, path.at(newest).sent_at + expected + ReorderMargin(path, expected));
+      const SentPacket& e = path.at(newest);
+      // (A packet that asked for an ACK is answered at once: no delayed ACK to wait out.)
+      const Duration margin =
+          ReorderMargin(path, expected) - (e.ack_requested ? cfg_.delayed_ack : Duration(0));
+      due = std::min(due, e.sent_at + expected + margin);
     }
   }
   ArmTailProbeAt(path, due);

@@ -263,6 +263,9 @@ class Sender {
   void SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason);
   void ArmPto(Instant now, SenderPath& path);
   void CheckDegraded(Instant now, SenderPath& path);
+  // Fewer packets wait to be sent (new data and rerouted units, no later message) than the
+  // connection sprays paths: the next packets are probably their paths' last for now.
+  bool NearTail() const;
   bool Usable(const SenderPath& path) const;
 
   Connection& conn_;

@@ -38,6 +38,7 @@ struct SentPacket {
   uint8_t counted = 0;  // those counted against max_transmissions: not RNR retries or GBN resends
   bool acked = false;
   bool hedged = false;   // [R5b] its data unit was also queued for another path
+  bool ack_requested = false;  // its latest transmission carried ACK_REQ: no delayed ACK
   Instant rnr_until{0};  // after an RNR NAK: do not retransmit before this
 };
 

@@ -175,11 +175,13 @@ TEST(Sender_Spray, RoundRobinOverPathsWithPerPathPsnsFromZero) {
   EXPECT_EQ(p.data.rkey, kRkey);
   EXPECT_EQ(p.data.remote_addr, kRemoteAddr + 5 * kMtu);
   EXPECT_TRUE(std::equal(p.payload.begin(), p.payload.end(), r.src.begin() + 5 * kMtu));
+  // [R3] the last four packets, fewer than the four paths after each of them, ask for an ACK:
+  // each may be its path's last for now.
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024",
                                    "path 1 WRITE psn 0 msg 0 off 1024 len 1024",
-                                   "path 2 WRITE psn 0 msg 0 off 2048 len 1024",
-                                   "path 3 WRITE psn 0 msg 0 off 3072 len 1024",
-                                   "path 0 WRITE psn 1 msg 0 off 4096 len 1024",
+                                   "path 2 WRITE psn 0 msg 0 off 2048 len 1024 ACK_REQ",
+                                   "path 3 WRITE psn 0 msg 0 off 3072 len 1024 ACK_REQ",
+                                   "path 0 WRITE psn 1 msg 0 off 4096 len 1024 ACK_REQ",
                                    "path 1 WRITE psn 1 msg 0 off 5120 len 1024 ACK_REQ"));
   // The next message continues after the path used last.
   r.PostWrite(At(1 * kUs), 2, 100);
@@ -256,9 +258,10 @@ TEST(Sender_Cwnd, LimitsBytesInFlightPerPath) {
   // The ACK for PSN 3 answers that request: the next fill asks again.
   r.Feed(At(11 * kUs), Requester::Ack(0, 4, 3));
   EXPECT_EQ(r.conn.path_stats(0).cwnd_bytes, 8192u);
+  // (The message's last two packets, fewer than the two paths after each: [R3]'s tail rule.)
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 8 msg 0 off 12288 len 1024",
                                    "path 0 WRITE psn 9 msg 0 off 13312 len 1024",
-                                   "path 0 WRITE psn 10 msg 0 off 14336 len 1024",
+                                   "path 0 WRITE psn 10 msg 0 off 14336 len 1024 ACK_REQ",
                                    "path 0 WRITE psn 11 msg 0 off 15360 len 1024 ACK_REQ"));
 }
 
@@ -553,7 +556,8 @@ TEST(Sender_Pto, IsAtLeastTwiceTheConnectionsPeakRtt) {
 }
 
 // [R5d] Once nothing more waits, each path probes its tail: first when its newest packet is
-// overdue (an RTT after it was sent, plus a quarter of the minimum RTT and an ACK delay), then two
+// overdue (an RTT after it was sent, plus a quarter of the minimum RTT, and an ACK delay unless it
+// asked for an ACK), then two
 // RTTs and an ACK delay after each probe, up to three probes: a guess, not evidence against it.
 TEST(Sender_TailProbe, ProbesThePathsNewestPacketOnceOverdueWithoutSuspectingIt) {
   ConnectionConfig c = RequesterConfig(1);
@@ -562,37 +566,37 @@ TEST(Sender_TailProbe, ProbesThePathsNewestPacketOnceOverdueWithoutSuspectingIt)
   Requester r(c);
   r.PostWrite(At(0 * kUs), 1, 4 * kMtu);
   r.sink.Clear();
-  // RTT sample 20 us (min 20): psn 3, sent at 0, is overdue at 20 + 5 + 4 (delayed_ack) = 29 us,
-  // before the ordinary deadline (20 + 60 us).
+  // RTT sample 20 us (min 20): psn 3, sent at 0 with ACK_REQ (answered at once: no delayed ACK
+  // to wait out), is overdue at 20 + 5 = 25 us, before the ordinary deadline (20 + 60 us).
   r.Feed(At(20 * kUs), Requester::Ack(0, 2, 1));
-  EXPECT_EQ(r.conn.NextDeadline(), At(29 * kUs));
-  r.conn.OnTimer(At(29 * kUs));
+  EXPECT_EQ(r.conn.NextDeadline(), At(25 * kUs));
+  r.conn.OnTimer(At(25 * kUs));
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
   EXPECT_EQ(r.conn.path_stats(0).state, PathState::kActive);
   EXPECT_EQ(r.conn.path_stats(0).timeouts, 0u);
   EXPECT_EQ(r.conn.counters().tail_probes, 1u);
   EXPECT_EQ(r.conn.counters().timeout_retransmits, 0u);
   // A probe is lost like any packet: two more, 2 x 20 + 4 us apart.
-  EXPECT_EQ(r.conn.NextDeadline(), At(73 * kUs));
-  r.conn.OnTimer(At(73 * kUs));
-  EXPECT_EQ(r.conn.NextDeadline(), At(117 * kUs));
-  r.conn.OnTimer(At(117 * kUs));
+  EXPECT_EQ(r.conn.NextDeadline(), At(69 * kUs));
+  r.conn.OnTimer(At(69 * kUs));
+  EXPECT_EQ(r.conn.NextDeadline(), At(113 * kUs));
+  r.conn.OnTimer(At(113 * kUs));
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX",
                                    "path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
   EXPECT_EQ(r.conn.counters().tail_probes, 3u);
   EXPECT_EQ(r.conn.path_stats(0).state, PathState::kActive);
   // Then the ordinary deadline, 60 us after the last probe, which does count.
-  EXPECT_EQ(r.conn.NextDeadline(), At(177 * kUs));
-  r.conn.OnTimer(At(177 * kUs));
+  EXPECT_EQ(r.conn.NextDeadline(), At(173 * kUs));
+  r.conn.OnTimer(At(173 * kUs));
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 3 msg 0 off 3072 len 1024 ACK_REQ RETX"));
   EXPECT_EQ(r.conn.path_stats(0).state, PathState::kSuspect);
   EXPECT_EQ(r.conn.counters().timeout_retransmits, 1u);
   // Progress shows psn 2 lost (resent at once, [R4]), and the path may probe its tail again:
-  // the resent psn 2 is overdue 29 us after it went.
+  // the resent psn 2 (ACK_REQ) is overdue 25 us after it went.
   r.Feed(At(180 * kUs), Requester::Ack(0, 2, 3, {3}));
   EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 2 msg 0 off 2048 len 1024 ACK_REQ RETX"));
   EXPECT_EQ(r.conn.path_stats(0).state, PathState::kActive);
-  EXPECT_EQ(r.conn.NextDeadline(), At(209 * kUs));
+  EXPECT_EQ(r.conn.NextDeadline(), At(205 * kUs));
   EXPECT_EQ(r.conn.counters().tail_probes, 3u);
 }
 
@@ -620,10 +624,11 @@ TEST(Sender_TailProbe, AClockedConnectionsFirstProbeWaitsTwoRtts) {
 TEST(Sender_TailProbe, NoneWhileDataWaitsToBeSent) {
   ConnectionConfig c = RequesterConfig(1);
   c.tail_probes = true;
-  // Everything sent: the tail probe is due two initial RTTs (10 us) and an ACK delay on.
+  // Everything sent: the tail probe is due when the last packet (ACK_REQ) is overdue, the initial
+  // RTT (10 us) and the margin before a sample (another 10 us) after it went.
   Requester all_sent(c);
   all_sent.PostWrite(At(0 * kUs), 1, 2 * kMtu);
-  EXPECT_EQ(all_sent.conn.NextDeadline(), At(24 * kUs));
+  EXPECT_EQ(all_sent.conn.NextDeadline(), At(20 * kUs));
   // Two packets sent, six wait for the window: only the ordinary deadline (the 50 us floor).
   c.initial_window_bytes = 2 * kMtu;
   c.min_cwnd_bytes = kMtu;
@@ -677,7 +682,7 @@ std::unique_ptr<Requester> PathOneAboutToFail() {
   r->PostWrite(At(0 * kUs), 1, 4 * kMtu);
   EXPECT_THAT(r->Log(), ElementsAre("path 0 WRITE psn 0 msg 0 off 0 len 1024",
                                     "path 1 WRITE psn 0 msg 0 off 1024 len 1024",
-                                    "path 0 WRITE psn 1 msg 0 off 2048 len 1024",
+                                    "path 0 WRITE psn 1 msg 0 off 2048 len 1024 ACK_REQ",
                                     "path 1 WRITE psn 1 msg 0 off 3072 len 1024 ACK_REQ"));
   r->Feed(At(10 * kUs), Requester::Ack(0, 2, 1));
   EXPECT_EQ(r->conn.NextDeadline(), At(50 * kUs));
@@ -749,7 +754,7 @@ TEST(Sender_Health, FailedPathReroutesRotatesProbesAndComesBack) {
   r->Feed(At(365 * kUs), Requester::Ack(0, 4, 3));
   EXPECT_THAT(r->CompletedIds(), ElementsAre(1));
   r->PostWrite(At(370 * kUs), 2, 2 * kMtu);
-  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 2 msg 1 off 0 len 1024",
+  EXPECT_THAT(r->Log(), ElementsAre("path 1 WRITE psn 2 msg 1 off 0 len 1024 ACK_REQ",
                                     "path 0 WRITE psn 4 msg 1 off 1024 len 1024 ACK_REQ"));
 }
 
