@@ -93,6 +93,7 @@ struct ConnectionCounters {
   uint64_t pulls_rcvd = 0;    // requester: pulls received
   uint64_t pulled_pkts = 0;   // requester: new data packets sent on a pull
   uint64_t probes_sent = 0;
+  uint64_t loss_queries = 0;         // ... of which asked whether overdue packets arrived [R5d]
   uint64_t retry_exceeded_err = 0;
   uint64_t messages_completed = 0;   // requester: send work requests completed successfully
   uint64_t messages_received = 0;    // responder: messages fully placed

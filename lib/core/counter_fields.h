@@ -17,7 +17,7 @@ struct ConnectionCounterField {
   std::string_view meaning;  // one sentence, as exported (Prometheus HELP)
 };
 
-inline constexpr std::array<ConnectionCounterField, 27> kConnectionCounterFields = {{
+inline constexpr std::array<ConnectionCounterField, 28> kConnectionCounterFields = {{
     {"sent_pkts", &ConnectionCounters::sent_pkts, "Data packets sent, retransmissions included."},
     {"rcvd_pkts", &ConnectionCounters::rcvd_pkts, "Data packets accepted."},
     {"retransmits", &ConnectionCounters::retransmits,
@@ -56,6 +56,8 @@ inline constexpr std::array<ConnectionCounterField, 27> kConnectionCounterFields
     {"pulled_pkts", &ConnectionCounters::pulled_pkts,
      "Requester: new data packets sent on a pull."},
     {"probes_sent", &ConnectionCounters::probes_sent, "PROBE packets sent."},
+    {"loss_queries", &ConnectionCounters::loss_queries,
+     "PROBEs a clocked connection sent to ask whether its overdue packets arrived."},
     {"retry_exceeded_err", &ConnectionCounters::retry_exceeded_err,
      "Work requests failed with RETRY_EXC_ERR."},
     {"messages_completed", &ConnectionCounters::messages_completed,

@@ -596,7 +596,7 @@ void Sender::SendProbe(Instant now, SenderPath& path) {
 }
 
 void Sender::ArmPto(Instant now, SenderPath& path) {
-  path.tail_probe_armed = false;
+  path.tail_probe_armed = path.loss_query_armed = false;
   if (path.outstanding() == 0) {
     path.pto_deadline = kNever;
     return;
@@ -635,23 +635,42 @@ void Sender::ArmTailProbe(SenderPath& path, Instant since) {
   // packet, so up to kMaxTailProbes go, two RTTs apart. (Without tail probes the last messages
   // waited for the 50 us floor of the ordinary deadline: 30 connections at 1 % loss, 40 us of a
   // 480 us run with nothing to send.)
-  if (!TailProbeAllowed(path)) return;
+  // A clocked connection waiting for pulls with more to send queries instead: its data waits on
+  // the pull a lost packet took with it, and a PROBE is a header, not data the responder did not
+  // pull (data probes into a full link spiralled at 2,000 connections).
+  const bool query = LossQueryAllowed(path);
+  if (!query && !TailProbeAllowed(path)) return;
   const Duration rtt = latest_rtt_ > Duration(0) ? latest_rtt_ : path.rtt.srtt();
   Instant due = since + 2 * rtt + cfg_.delayed_ack;
-  // (Not for a connection the responder clocks: its packets wait on the host's pulls, not on
-  // an RTT, and probes taken for overdue by that clock cost the all-to-all of 128 hosts a
-  // tenth of its goodput.)
-  if (path.tail_probes == 0 && !Paced()) {
+  if ((query ? path.loss_queries : path.tail_probes) == 0) {
     if (const uint32_t newest = TailProbePsn(since, path); newest != path.next_psn) {
-      const Duration expected = std::max(rtt, path.rtt.srtt());
-      const SentPacket& e = path.at(newest);
-      // (A packet that asked for an ACK is answered at once: no delayed ACK to wait out.)
-      const Duration margin =
-          ReorderMargin(path, expected) - (e.ack_requested ? cfg_.delayed_ack : Duration(0));
-      due = std::min(due, e.sent_at + expected + margin);
+      due = std::min(due, OverdueAt(path, path.at(newest)));
     }
   }
+  path.loss_query_armed = query;
   ArmTailProbeAt(path, due);
+}
+
+Instant Sender::OverdueAt(const SenderPath& path, const SentPacket& e) const {
+  // An RTT after it went (the connection's latest sample or the path's srtt, whichever is larger;
+  // for a paced connection at least its peak RTT: its packets cross queues its own rare samples
+  // do not see), plus the reordering margin, without the ACK delay when it asked for an ACK.
+  const Duration rtt = latest_rtt_ > Duration(0) ? latest_rtt_ : path.rtt.srtt();
+  const Duration expected = std::max({rtt, path.rtt.srtt(), Paced() ? peak_rtt_ : Duration(0)});
+  const Duration margin =
+      ReorderMargin(path, expected) - (e.ack_requested ? cfg_.delayed_ack : Duration(0));
+  return e.sent_at + expected + margin;
+}
+
+bool Sender::WaitingForPulls() const {
+  return Clocked() && MoreToSend() && pull_paths_.empty() && pulls_owed_ >= PullWindow();
+}
+
+bool Sender::LossQueryAllowed(const SenderPath& path) const {
+  return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
+         WaitingForPulls() && path.loss_queries < kMaxTailProbes && !path.overtaken &&
+         path.outstanding() > 0 &&
+         (path.state == PathState::kActive || path.state == PathState::kSuspect);
 }
 
 bool Sender::TailProbeAllowed(const SenderPath& path) const {
@@ -863,6 +882,9 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     if (path.IsOutstanding(psn)) AckPsn(now, path, psn, ack, t);
   });
   AdvanceUna(path);
+  if ((ack.flags & wire::flags::kProbeReply) && path.loss_query_order != 0) {
+    ResolveLossQuery(now, path);
+  }
 
   // ECN echo: the count is cumulative, so an older ACK overtaken by a newer one says nothing.
   // The responder's count starts at 0, so the first ACK's marks count too.
@@ -878,7 +900,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     plane_progress_[path.plane] = now;
     path.timeouts_without_progress = path.attributed_timeouts = 0;
     path.overtaken = false;
-    path.tail_probes = 0;
+    path.tail_probes = path.loss_queries = 0;
     if (path.state == PathState::kSuspect) {
       SetState(now, path, PathState::kActive, PathEventReason::kProgress);
     }
@@ -1106,6 +1128,29 @@ bool Sender::OnlyFillersOutstanding(const SenderPath& path) const {
   return true;
 }
 
+void Sender::SendLossQuery(Instant now, SenderPath& path) {
+  ++path.loss_queries;
+  path.loss_query_order = path.tx_order;
+  path.loss_query_at = now;
+  TransmitProbe(path, path.snd_una);
+  ++conn_.counters_.loss_queries;
+}
+
+void Sender::ResolveLossQuery(Instant now, SenderPath& path) {
+  // [R5d] The PROBE went after these transmissions on the same route, and when they were already
+  // overdue: not acknowledged by its reply, they were lost. (Transmissions not yet overdue then
+  // may still have been behind it at the host, whose NIC may send a PROBE first: not judged.)
+  const uint64_t order = path.loss_query_order;
+  const Instant asked = path.loss_query_at;
+  path.loss_query_order = 0;
+  for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn) && !failed_; ++psn) {
+    const SentPacket& e = path.at(psn);
+    if (e.acked || e.last_tx_order > order || e.rnr_until > now) continue;
+    if (OverdueAt(path, e) > asked) continue;
+    Retransmit(now, path, psn, Why::kGap);
+  }
+}
+
 uint32_t Sender::TailProbePsn(Instant now, const SenderPath& path) const {
   for (uint32_t psn = path.next_psn; psn != path.snd_una;) {
     --psn;
@@ -1125,9 +1170,16 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
     // [R5d] no evidence, no state change: the newest packet again, then the ordinary deadline
     // (armed once, below: the probe is not a retransmission that re-arms it).
     path.tail_probe_armed = false;
-    ++path.tail_probes;
-    if (const uint32_t probe = TailProbePsn(now, path); probe != path.next_psn && !MoreToSend()) {
-      Retransmit(now, path, probe, Why::kTailProbe);
+    if (path.loss_query_armed) {
+      // A PROBE after the overdue packets: its reply says whether they arrived. (Not once a pull
+      // came meanwhile: the connection is sending again.)
+      path.loss_query_armed = false;
+      if (WaitingForPulls()) SendLossQuery(now, path);
+    } else {
+      ++path.tail_probes;
+      if (const uint32_t probe = TailProbePsn(now, path); probe != path.next_psn && !MoreToSend()) {
+        Retransmit(now, path, probe, Why::kTailProbe);
+      }
     }
     if (!failed_) ArmPto(now, path);
     return;
@@ -1245,6 +1297,7 @@ void Sender::FailPath(Instant now, SenderPath& path, PathEventReason reason) {
   path.pto_deadline = kNever;
   path.timeouts_without_progress = path.attributed_timeouts = 0;
   path.overtaken = false;
+  path.loss_query_order = 0;
   path.stall_suspected_at = Instant{INT64_MIN / 2};  // a new route starts afresh
   Rotate(now, path, reason);
 }

@@ -99,6 +99,13 @@ struct SenderPath {
   // progress.
   bool tail_probe_armed = false;
   uint8_t tail_probes = 0;
+  // ... and, for a clocked connection with more to send, the probe armed is a loss query: a PROBE
+  // whose reply tells whether the overdue packets arrived (loss_query_order: transmissions up to
+  // it, overdue by loss_query_at, are judged by the reply; 0: none pending).
+  bool loss_query_armed = false;
+  uint8_t loss_queries = 0;  // since the path's last progress
+  uint64_t loss_query_order = 0;
+  Instant loss_query_at{0};
   // [R5a] the stall gate set the overtaken evidence aside then: until the path's plane makes
   // progress again, only the ordinary timer judges the path.
   Instant stall_suspected_at{INT64_MIN / 2};
@@ -237,8 +244,21 @@ class Sender {
   // (an RTT after it went, plus ReorderMargin) or two RTTs after `since` (its latest
   // transmission, or the ACK that re-arms its deadline), whichever is first; each further probe
   // two RTTs after the one before.
+  // A clocked connection with more to send (its data waits on pulls) arms a loss query instead,
+  // whenever the path's newest outstanding packet falls overdue: a PROBE, whose reply judges the
+  // transmissions it followed (ResolveLossQuery). Up to kMaxTailProbes since progress too.
   void ArmTailProbe(SenderPath& path, Instant since);
   bool TailProbeAllowed(const SenderPath& path) const;
+  bool LossQueryAllowed(const SenderPath& path) const;
+  // Clocked, with more to send, no pull in hand and every pull owed: it may not send.
+  bool WaitingForPulls() const;
+  // When `e`, outstanding on `path`, is overdue: RACK's expected delay plus ReorderMargin.
+  Instant OverdueAt(const SenderPath& path, const SentPacket& e) const;
+  // Sends the path's loss query (a PROBE at snd_una) and remembers what it follows.
+  void SendLossQuery(Instant now, SenderPath& path);
+  // A PROBE_REPLY answered the path's loss query: the transmissions it followed, overdue when it
+  // went and still unacknowledged, are lost and retransmitted at once.
+  void ResolveLossQuery(Instant now, SenderPath& path);
   // Makes `due` the path's deadline, as a tail probe's, if it is earlier than the one armed.
   void ArmTailProbeAt(SenderPath& path, Instant due);
   // The PSN a tail-loss probe resends ([R5] step 4, [R5d]): the highest outstanding one not

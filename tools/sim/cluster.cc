@@ -825,6 +825,7 @@ ClusterResult Cluster::Finish() {
     r.gap_retransmits += k.gap_retransmits;
     r.timeout_retransmits += k.timeout_retransmits;
     r.tail_probes += k.tail_probes;
+    r.loss_queries += k.loss_queries;
     r.rerouted_packets += k.rerouted_packets;
     r.hedged_packets += k.hedged_packets;
     r.pulled_pkts += k.pulled_pkts;
@@ -1027,6 +1028,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("tail_probe", r.tail_probes);
   w.EndObject();
   w.Field("timeouts", r.timeouts);
+  w.Field("loss_queries", r.loss_queries);
   w.Field("path_state_changes", r.path_state_changes);
   w.Field("port_rotations", r.port_rotations);
   w.BeginObject("path_events_by_reason");

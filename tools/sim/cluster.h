@@ -195,6 +195,7 @@ struct ClusterResult {
   uint64_t rerouted_packets = 0;
   uint64_t hedged_packets = 0;
   uint64_t timeouts = 0;
+  uint64_t loss_queries = 0;  // PROBEs asking whether overdue packets arrived (not data)
   // Incast figures (cluster.h's header).
   uint64_t workload_bytes_placed = 0;  // payload of the workload's messages (not background)
   uint64_t paths_failed = 0;

@@ -600,9 +600,10 @@ TEST(Sender_TailProbe, ProbesThePathsNewestPacketOnceOverdueWithoutSuspectingIt)
   EXPECT_EQ(r.conn.counters().tail_probes, 3u);
 }
 
-// A connection its responder clocks (a share below one packet: paced) keeps the two-RTT rule:
-// its packets wait on the host's pulls as much as on an RTT.
-TEST(Sender_TailProbe, AClockedConnectionsFirstProbeWaitsTwoRtts) {
+// A connection its responder clocks (a share below one packet: paced) has sent everything: its
+// newest packet is overdue like any other (an RTT after it went, plus a quarter of the minimum
+// RTT; no ACK delay, as it asked for an ACK), the RTT being at least the connection's peak.
+TEST(Sender_TailProbe, AClockedConnectionsNewestPacketIsOverdueAfterAnRtt) {
   ConnectionConfig c = RequesterConfig(1);
   c.tail_probes = true;
   c.initial_window_hint_bytes = 300;  // below a packet: paced
@@ -617,8 +618,7 @@ TEST(Sender_TailProbe, AClockedConnectionsFirstProbeWaitsTwoRtts) {
   const Instant paced = r.conn.NextDeadline();  // the pace allows psn 1, the last
   r.conn.OnTimer(paced);
   EXPECT_THAT(r.Log(), ElementsAre(HasSubstr("psn 1")));
-  // Two RTTs and an ACK delay after it went, not 20 + 5 + 4 us (the overdue rule).
-  EXPECT_EQ(r.conn.NextDeadline(), paced + 44 * kUs);
+  EXPECT_EQ(r.conn.NextDeadline(), paced + 25 * kUs);
 }
 
 TEST(Sender_TailProbe, NoneWhileDataWaitsToBeSent) {
@@ -1573,6 +1573,59 @@ TEST(Sender_Pull, TheProbesReplyBringsAPullWhoseCopiesWereLost) {
   r.Feed(At(200 * kUs), reply);
   ASSERT_THAT(r.sink.packets(), SizeIs(1));
   EXPECT_TRUE(r.sink.packets()[0].packet.flags & wire::flags::kPulled);
+}
+
+// [R5d] Clocked and waiting for pulls, with a packet outstanding whose ACK is overdue (its loss
+// took the pull it asked for with it): the connection asks with a PROBE on that path, not the
+// packet's data, well before the ordinary deadline; the reply judges the packet, sent before the
+// PROBE: not acknowledged, it is lost and goes again at once; acknowledged, nothing goes.
+TEST(Sender_Pull, AnOverdueOutstandingPacketIsQueriedWithAProbe) {
+  for (const bool arrived : {false, true}) {
+    SCOPED_TRACE(arrived ? "the packet arrived" : "the packet was lost");
+    ConnectionConfig c = PacedConfig();
+    c.tail_probes = true;
+    Requester r(c);
+    PullingResponder peer;
+    r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
+    RunUntilSent(r);
+    const wire::Packet first = r.sink.packets()[0].packet;
+    r.sink.Clear();
+    r.Feed(At(50 * kUs), peer.Ack(first.path_id, 1, 0, PullingResponder::kAtOnce));
+    const std::vector<RecordedPacket> sent = r.sink.packets();
+    ASSERT_THAT(sent, SizeIs(3));
+    r.sink.Clear();
+    // The first two are acknowledged (RTT 10 us), the third never.
+    for (int i = 0; i < 2; ++i) {
+      r.Feed(At(60 * kUs), peer.Ack(sent[i].packet.path_id, sent[i].packet.psn + 1,
+                                    sent[i].packet.psn));
+    }
+    ASSERT_THAT(r.sink.packets(), IsEmpty());
+    const wire::Packet lost = sent[2].packet;
+    const Instant due = r.conn.NextDeadline();
+    // The ordinary deadline would come at 150 us: twice the connection's peak RTT (its first
+    // packet's, 50 us) after the packet went.
+    EXPECT_LT(due, At(150 * kUs));
+    r.conn.OnTimer(due);
+    ASSERT_THAT(r.sink.packets(), SizeIs(1));
+    const wire::Packet probe = r.sink.packets()[0].packet;
+    EXPECT_EQ(probe.opcode, wire::Opcode::kProbe);
+    EXPECT_EQ(probe.path_id, lost.path_id);
+    EXPECT_EQ(probe.psn, lost.psn);  // the path's snd_una
+    r.sink.Clear();
+    wire::Packet reply =
+        peer.Ack(probe.path_id, arrived ? lost.psn + 1 : lost.psn, probe.psn);
+    reply.flags |= wire::flags::kProbeReply;
+    r.Feed(due + 10 * kUs, reply);
+    if (arrived) {
+      EXPECT_THAT(r.Log(), IsEmpty());
+      EXPECT_EQ(r.conn.counters().gap_retransmits, 0u);
+    } else {
+      EXPECT_THAT(r.Log(), ElementsAre(HasSubstr("path " + std::to_string(lost.path_id) +
+                                                 " WRITE psn " + std::to_string(lost.psn))));
+      EXPECT_EQ(r.conn.counters().gap_retransmits, 1u);
+      EXPECT_EQ(r.conn.path_stats(lost.path_id).state, PathState::kActive);
+    }
+  }
 }
 
 TEST(Sender_Pull, TheLastPacketAsksForNoPullAndALargerShareEndsTheClock) {
