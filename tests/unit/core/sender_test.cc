@@ -1513,9 +1513,11 @@ TEST(Sender_Pull, APullLostOnItsWayComesWithTheNextAck) {
 }
 
 // A 16-packet Write whose first packet's ACK (at 50 us) brought a pull granted at once: the
-// connection sent three packets (one on the pull, two unsolicited), all acknowledged at 60 us
-// without a pull: it now waits, every pull owed, nothing in flight.
-void ClockedAndWaiting(Requester& r, PullingResponder& peer) {
+// connection sent three packets (one on the pull, two unsolicited), the first `acked` of them
+// acknowledged at 60 us without a pull (RTT 10 us): it now waits, every pull owed, the rest in
+// flight (`sent_out`, when given, receives the three).
+void ClockedAndWaiting(Requester& r, PullingResponder& peer, size_t acked = 3,
+                       std::vector<RecordedPacket>* sent_out = nullptr) {
   r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
   RunUntilSent(r);
   const wire::Packet first = r.sink.packets()[0].packet;
@@ -1523,9 +1525,11 @@ void ClockedAndWaiting(Requester& r, PullingResponder& peer) {
   r.Feed(At(50 * kUs), peer.Ack(first.path_id, 1, 0, PullingResponder::kAtOnce));
   const std::vector<RecordedPacket> sent = r.sink.packets();
   ASSERT_THAT(sent, SizeIs(3));
+  if (sent_out != nullptr) *sent_out = sent;
   r.sink.Clear();
-  for (const RecordedPacket& x : sent) {
-    r.Feed(At(60 * kUs), peer.Ack(x.packet.path_id, x.packet.psn + 1, x.packet.psn));
+  for (size_t i = 0; i < acked; ++i) {
+    r.Feed(At(60 * kUs), peer.Ack(sent[i].packet.path_id, sent[i].packet.psn + 1,
+                                  sent[i].packet.psn));
   }
   ASSERT_THAT(r.sink.packets(), IsEmpty());
 }
@@ -1586,20 +1590,9 @@ TEST(Sender_Pull, AnOverdueOutstandingPacketIsQueriedWithAProbe) {
     c.tail_probes = true;
     Requester r(c);
     PullingResponder peer;
-    r.PostWrite(At(0 * kUs), 1, 16 * kMtu);
-    RunUntilSent(r);
-    const wire::Packet first = r.sink.packets()[0].packet;
-    r.sink.Clear();
-    r.Feed(At(50 * kUs), peer.Ack(first.path_id, 1, 0, PullingResponder::kAtOnce));
-    const std::vector<RecordedPacket> sent = r.sink.packets();
+    std::vector<RecordedPacket> sent;
+    ClockedAndWaiting(r, peer, /*acked=*/2, &sent);  // the third packet's ACK never comes
     ASSERT_THAT(sent, SizeIs(3));
-    r.sink.Clear();
-    // The first two are acknowledged (RTT 10 us), the third never.
-    for (int i = 0; i < 2; ++i) {
-      r.Feed(At(60 * kUs), peer.Ack(sent[i].packet.path_id, sent[i].packet.psn + 1,
-                                    sent[i].packet.psn));
-    }
-    ASSERT_THAT(r.sink.packets(), IsEmpty());
     const wire::Packet lost = sent[2].packet;
     const Instant due = r.conn.NextDeadline();
     // The ordinary deadline would come at 150 us: twice the connection's peak RTT (its first
