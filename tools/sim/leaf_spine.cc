@@ -204,9 +204,9 @@ void LeafSpineFabric::Enqueue(uint32_t node, uint32_t port, uint32_t slot) {
   q.backlog_bytes += s.wire_bytes;
   q.counters.max_backlog_bytes = std::max(q.counters.max_backlog_bytes, q.backlog_bytes);
   if (!s.packet.data && config_.nic_control_first && !IsSwitch(node)) {
-    q.control.push_back(slot);
+    q.control.push(slot);
   } else {
-    q.fifo.push_back(slot);
+    q.fifo.push(slot);
   }
   if (!q.busy && !q.paused) StartNext(port);
 }
@@ -214,28 +214,16 @@ void LeafSpineFabric::Enqueue(uint32_t node, uint32_t port, uint32_t slot) {
 void LeafSpineFabric::StartNext(uint32_t port) {
   Port& q = ports_[port];
   // A dead link drops what would start serializing.
-  while (q.fifo_head < q.fifo.size() && q.down) {
-    const uint32_t slot = q.fifo[q.fifo_head++];
-    q.backlog_bytes -= slots_[slot].wire_bytes;
-    Drop(port, slot, FabricDrop::kDown);
+  for (SlotFifo* f : {&q.fifo, &q.control}) {
+    while (!f->empty() && q.down) {
+      const uint32_t slot = f->pop();
+      q.backlog_bytes -= slots_[slot].wire_bytes;
+      Drop(port, slot, FabricDrop::kDown);
+    }
   }
-  while (q.control_head < q.control.size() && q.down) {
-    const uint32_t slot = q.control[q.control_head++];
-    q.backlog_bytes -= slots_[slot].wire_bytes;
-    Drop(port, slot, FabricDrop::kDown);
-  }
-  if (q.control_head == q.control.size()) {
-    q.control.clear();
-    q.control_head = 0;
-  }
-  if (q.fifo_head == q.fifo.size()) {
-    q.fifo.clear();
-    q.fifo_head = 0;
-    if (q.control.empty()) return;
-  }
+  if (q.fifo.empty() && q.control.empty()) return;
   // The control queue first (only hosts' NICs fill it), then the FIFO.
-  q.on_wire = q.control_head < q.control.size() ? q.control[q.control_head++]
-                                                : q.fifo[q.fifo_head++];
+  q.on_wire = !q.control.empty() ? q.control.pop() : q.fifo.pop();
   const Slot& s = slots_[q.on_wire];
   q.busy = true;
   const int64_t start_ps = std::max(ToPs(queue_.now()), q.free_at_ps);
@@ -247,10 +235,6 @@ void LeafSpineFabric::StartNext(uint32_t port) {
 void LeafSpineFabric::OnSerialized(uint32_t port) {
   Port& q = ports_[port];
   const uint32_t slot = q.on_wire;
-  if (q.fifo_head >= 1024 && 2 * q.fifo_head >= q.fifo.size()) {  // keep the FIFO compact
-    q.fifo.erase(q.fifo.begin(), q.fifo.begin() + static_cast<ptrdiff_t>(q.fifo_head));
-    q.fifo_head = 0;
-  }
   Slot& s = slots_[slot];
   q.busy = false;
   q.backlog_bytes -= s.wire_bytes;

@@ -180,6 +180,25 @@ class LeafSpineFabric {
   const LeafSpineConfig& config() const { return config_; }
 
  private:
+  // A queue of packet slots: a vector read from `head`, cleared when drained and compacted
+  // when the part already read is large, so that a long busy period does not grow it forever.
+  struct SlotFifo {
+    std::vector<uint32_t> slots;
+    size_t head = 0;
+    bool empty() const { return head == slots.size(); }
+    void push(uint32_t slot) { slots.push_back(slot); }
+    uint32_t pop() {
+      const uint32_t slot = slots[head++];
+      if (head == slots.size()) {
+        slots.clear();
+        head = 0;
+      } else if (head >= 1024 && 2 * head >= slots.size()) {
+        slots.erase(slots.begin(), slots.begin() + static_cast<ptrdiff_t>(head));
+        head = 0;
+      }
+      return slot;
+    }
+  };
   struct Port {
     uint32_t peer = 0;       // node at the far end
     uint32_t peer_port = 0;  // index of the far end's port back to us (our ingress index there)
@@ -193,10 +212,8 @@ class LeafSpineFabric {
     bool paused = false;
     Instant paused_since;
     int64_t free_at_ps = 0;   // end of the latest serialization
-    std::vector<uint32_t> fifo;  // packet slots, head at fifo_head
-    size_t fifo_head = 0;
-    std::vector<uint32_t> control;  // hosts' NICs: packets without data, served first
-    size_t control_head = 0;
+    SlotFifo fifo;
+    SlotFifo control;      // hosts' NICs: packets without data, served before `fifo`
     uint32_t on_wire = 0;  // the slot being serialized (valid while busy)
     uint64_t backlog_bytes = 0;  // queued, the packet on the wire included
     // Lossless: bytes that came in through this link and are still in this device.
