@@ -621,6 +621,34 @@ TEST(Sender_TailProbe, AClockedConnectionsNewestPacketIsOverdueAfterAnRtt) {
   EXPECT_EQ(r.conn.NextDeadline(), paced + 25 * kUs);
 }
 
+// [R5d] RACK's rule across paths: once a packet sent after a path's newest one is delivered on a
+// sibling, that newest packet is overdue after the sibling's RTT plus the margin between the two
+// paths, not after the connection's latest RTT sample (here a queue's, 40 us, on path 2).
+TEST(Sender_TailProbe, ASiblingsLaterDeliveryBringsTheProbeForward) {
+  ConnectionConfig c = RequesterConfig(3);
+  c.tail_probes = true;
+  Requester r(c);
+  r.PostWrite(At(0 * kUs), 1, 3 * kMtu);  // psn 0 on each path
+  r.Feed(At(10 * kUs), Requester::Ack(0, 1, 0));
+  r.Feed(At(10 * kUs), Requester::Ack(1, 1, 0));
+  r.Feed(At(40 * kUs), Requester::Ack(2, 1, 0));  // the latest sample: 40 us
+  r.Log();
+  r.PostWrite(At(50 * kUs), 2, kMtu);
+  r.PostWrite(At(52 * kUs), 3, kMtu);
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 1 msg 1 off 0 len 1024 ACK_REQ",
+                                   "path 1 WRITE psn 1 msg 2 off 0 len 1024 ACK_REQ"));
+  // Path 0's psn 1 alone is overdue 40 us (the latest sample) + 2.5 us (a quarter of its
+  // minimum RTT) after it went.
+  EXPECT_EQ(r.conn.NextDeadline(), At(92500 * kUs / 1000));
+  // Path 1's psn 1, sent 2 us later, arrives after 10 us: path 0's is overdue at 50 + 10 + 2.5.
+  r.Feed(At(62 * kUs), Requester::Ack(1, 2, 1));
+  EXPECT_EQ(r.conn.NextDeadline(), At(62500 * kUs / 1000));
+  r.conn.OnTimer(At(62500 * kUs / 1000));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 1 msg 1 off 0 len 1024 ACK_REQ RETX"));
+  EXPECT_EQ(r.conn.counters().tail_probes, 1u);
+  EXPECT_EQ(r.conn.path_stats(0).state, PathState::kActive);
+}
+
 TEST(Sender_TailProbe, NoneWhileDataWaitsToBeSent) {
   ConnectionConfig c = RequesterConfig(1);
   c.tail_probes = true;
