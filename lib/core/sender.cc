@@ -2,6 +2,7 @@
 #include "lib/core/sender.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -311,9 +312,23 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
   const uint16_t n = cfg_.SprayPaths();
   // A hedge tries its own plane first: progress there is what lets the overtaken path's
   // expiries count [R5a], and it leaves the other planes' share of the load alone.
+  // Fewest bytes in flight first, ties in round-robin order: with the connection's share
+  // binding rather than the paths' windows, every path has room, and first-fit in round-robin
+  // order would give each the same rate, a path behind a queue too, whose packets then hold the
+  // share the longest. Fewest in flight gives each path a rate inverse to its delay (Little's
+  // law), so the load moves off queued routes (a permutation of 1,024 hosts: 0.547 -> 0.573 of
+  // its ideal; see congestion.md §3).
+  std::array<uint16_t, 256> order;
+  for (uint16_t i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.begin() + n, [&](uint16_t a, uint16_t b) {
+    const uint16_t pa = static_cast<uint16_t>((rr_cursor_ + a) % n);
+    const uint16_t pb = static_cast<uint16_t>((rr_cursor_ + b) % n);
+    const uint32_t fa = paths_[pa].inflight_bytes, fb = paths_[pb].inflight_bytes;
+    return fa != fb ? fa < fb : a < b;
+  });
   for (int pass = hedge ? 0 : 1; pass < 2; ++pass) {
     for (uint16_t i = 0; i < n; ++i) {
-      const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + i) % n);
+      const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + order[i]) % n);
       SenderPath& p = paths_[idx];
       if (!open(p)) continue;
       if (hedge && (p.id == queued->from_path ||

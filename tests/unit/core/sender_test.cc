@@ -188,6 +188,23 @@ TEST(Sender_Spray, RoundRobinOverPathsWithPerPathPsnsFromZero) {
   EXPECT_THAT(r.Log(), ElementsAre("path 2 WRITE psn 1 msg 1 off 0 len 100 ACK_REQ"));
 }
 
+// congestion.md §3: a packet goes to the path with the fewest bytes in flight (ties in round-robin
+// order): a path whose packets wait behind a queue holds its bytes longer and gets fewer new ones.
+TEST(Sender_Spray, FewestBytesInFlightFirst) {
+  Requester r(RequesterConfig(3));
+  r.PostWrite(At(0 * kUs), 1, 3 * kMtu);  // psn 0 on each path
+  r.Feed(At(10 * kUs), Requester::Ack(2, 1, 0));
+  r.Log();
+  // Path 2 is empty: it takes the first packet; then round-robin after it, over equal paths.
+  r.PostWrite(At(11 * kUs), 2, 3 * kMtu);
+  EXPECT_THAT(r.Log(), ElementsAre("path 2 WRITE psn 1 msg 1 off 0 len 1024 ACK_REQ",
+                                   "path 0 WRITE psn 1 msg 1 off 1024 len 1024 ACK_REQ",
+                                   "path 1 WRITE psn 1 msg 1 off 2048 len 1024 ACK_REQ"));
+  // Paths 0 and 1 now hold two packets each, path 2 one: a half packet goes there.
+  r.PostWrite(At(12 * kUs), 3, kMtu / 2);
+  EXPECT_THAT(r.Log(), ElementsAre("path 2 WRITE psn 2 msg 2 off 0 len 512 ACK_REQ"));
+}
+
 TEST(Sender_Segmentation, LastPacketShorterAndZeroLengthIsOneEmptyPacket) {
   Requester r(RequesterConfig(1));
   r.PostWrite(At(0 * kUs), 1, 2500);
@@ -893,8 +910,14 @@ std::unique_ptr<Requester> FourPathsOnTwoPlanes(uint16_t live_a, uint16_t live_b
 TEST(Sender_Health, SeveralDeadPathsFailTogetherWhileTheirPlanesDeliver) {
   std::unique_ptr<Requester> rp = FourPathsOnTwoPlanes(0, 3);
   Requester& r = *rp;
-  r.PostWrite(At(40 * kUs), 2, 4 * kMtu);  // psn 1 on each path
-  r.sink.Clear();
+  // Fewest bytes in flight first: offsets 0 and 1024 on the idle paths 0 and 3, then 2048 on
+  // path 0 and 3072 on path 1 in round-robin order; path 2 gets none.
+  r.Log();
+  r.PostWrite(At(40 * kUs), 2, 4 * kMtu);
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 WRITE psn 1 msg 1 off 0 len 1024 ACK_REQ",
+                                   "path 3 WRITE psn 1 msg 1 off 1024 len 1024 ACK_REQ",
+                                   "path 0 WRITE psn 2 msg 1 off 2048 len 1024 ACK_REQ",
+                                   "path 1 WRITE psn 1 msg 1 off 3072 len 1024 ACK_REQ"));
   r.Feed(At(50 * kUs), Requester::Ack(0, 2, 1));
   r.Feed(At(50 * kUs), Requester::Ack(3, 2, 1));
   r.RunTimersUntil(At(54 * kUs));
@@ -907,8 +930,7 @@ TEST(Sender_Health, SeveralDeadPathsFailTogetherWhileTheirPlanesDeliver) {
   }
   r.sink.Clear();
   // Path 1 (plane 1) hedges on path 3, path 2 (plane 0) on path 0.
-  EXPECT_THAT(hedges,
-              ::testing::UnorderedElementsAre("3:0/1024", "3:1/1024", "0:0/2048", "0:1/2048"));
+  EXPECT_THAT(hedges, ::testing::UnorderedElementsAre("3:0/1024", "3:1/3072", "0:0/2048"));
   // The hedges and fresh data arrive on both live paths between the dead paths' expiries.
   r.Feed(At(64 * kUs), Requester::Ack(0, 4, 3));
   r.Feed(At(64 * kUs), Requester::Ack(3, 4, 3));
