@@ -537,6 +537,7 @@ absl::StatusOr<Json> AppSessions::PrepareConnection(const Json& params, const Cl
   if (prepared.size() > kMaxPreparedPerSession) prepared.pop_front();
   Json r = Json::MakeObject();
   r["conn_id"] = id;
+  r["offer"] = std::min<uint64_t>(engine_.InitialOffer(id), UINT32_MAX);
   return r;
 }
 

@@ -24,9 +24,18 @@ namespace {
 
 using control::Json;
 
-// Messages on a connection's link (the exchange's TCP socket, kept open).
-constexpr std::string_view kHeartbeat = "heartbeat";
-constexpr std::string_view kGoodbye = "goodbye";
+// Messages on a connection's link (the set-up channel, kept open: docs/spec/setup.md §8):
+// KEEPALIVE, and CLOSE when a side deletes the connection. A daemon of an earlier release sent
+// the text "heartbeat" and "goodbye" instead, which are still understood.
+constexpr std::string_view kLegacyGoodbye = "goodbye";
+
+std::vector<std::byte> LinkMessageBytes(api::ExchangeKind kind, std::string_view reason = "") {
+  api::ExchangeMessage m;
+  m.kind = kind;
+  m.code = api::SetupCode::kNone;
+  m.reason = std::string(reason);
+  return api::EncodeExchange(m);
+}
 constexpr std::string_view kDaemonKind = "metaroced";
 // In the private data: this daemon shares one heartbeat among all its links to a peer (header).
 constexpr std::string_view kPerPeerLiveness = "per_peer";
@@ -188,7 +197,9 @@ void ConnectionManager::Stop() {
   }
   for (auto& [id, mc] : all) {
     if (mc->link.fd() >= 0) {
-      mc->link.SendMessage(Bytes(kGoodbye), absl::Now() + kLinkIo).IgnoreError();
+      mc->link.SendMessage(LinkMessageBytes(api::ExchangeKind::kClose, "metaroced stopping"),
+                           absl::Now() + kLinkIo)
+          .IgnoreError();
     }
     mc->conn->Abort().IgnoreError();
   }
@@ -366,7 +377,9 @@ absl::StatusOr<Json> ConnectionManager::Delete(const Json& params) {
     table_.erase(it);
   }
   if (mc->link.fd() >= 0) {
-    mc->link.SendMessage(Bytes(kGoodbye), absl::Now() + kLinkIo).IgnoreError();
+    mc->link.SendMessage(LinkMessageBytes(api::ExchangeKind::kClose, "deleted"),
+                         absl::Now() + kLinkIo)
+        .IgnoreError();
   }
   mc->conn->Abort().IgnoreError();  // outstanding work completes with WR_FLUSH_ERR
   options_.log(absl::StrCat("connection ", mc->id, " to ", mc->peer, " deleted"));
@@ -482,7 +495,10 @@ void ConnectionManager::MarkGone(ManagedConnection& mc, std::string why) {
 bool ConnectionManager::Heartbeat(ManagedConnection& mc,
                                   std::vector<std::unique_ptr<ManagedConnection>>& closed) {
   if (mc.link.fd() < 0) return false;
-  if (mc.link.SendMessage(Bytes(kHeartbeat), absl::Now() + kLinkIo).ok()) return true;
+  if (mc.link.SendMessage(LinkMessageBytes(api::ExchangeKind::kKeepalive), absl::Now() + kLinkIo)
+          .ok()) {
+    return true;
+  }
   // The peer closed its end: after a goodbye still unread (conn.del right after conn.add races
   // our heartbeat), or without one (it is gone).
   if (ReadLink(mc) == LinkMessage::kGoodbye) {
@@ -545,7 +561,10 @@ ConnectionManager::LinkMessage ConnectionManager::ReadLink(ManagedConnection& mc
     return LinkMessage::kGone;
   }
   const std::string_view text(reinterpret_cast<const char*>(m->data()), m->size());
-  if (text != kGoodbye) {
+  const absl::StatusOr<api::ExchangeMessage> decoded = api::DecodeExchange(*m);
+  const bool close = decoded.ok() ? decoded->kind == api::ExchangeKind::kClose
+                                  : text == kLegacyGoodbye;
+  if (!close) {
     // Word from the peer daemon: for this connection, or for all that share its liveness.
     mc.last_heard = absl::Now();
     if (auto p = peers_.find(mc.peer_daemon); p != peers_.end()) p->second.last_heard = mc.last_heard;

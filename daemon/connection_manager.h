@@ -8,6 +8,8 @@
 // open as the connection's *link*: a peer daemon that goes away (EOF or reset on the link, or no
 // heartbeat for `dead_peer_timeout`) fails the connection, which flushes its outstanding work
 // with WR_FLUSH_ERR; conn.del sends a goodbye on it so that the peer tears its side down too.
+// On the link, a heartbeat is the set-up protocol's KEEPALIVE and a goodbye its CLOSE
+// (docs/spec/setup.md §8).
 //
 // Liveness is a property of the peer daemon, not of each connection, and what it costs must not
 // grow with the connections a daemon holds (thousands per host, idle): two daemons that both say

@@ -301,12 +301,19 @@ absl::StatusOr<std::unique_ptr<CompletionQueue>> AttachedBackend::CreateCompleti
       new CompletionQueue(*std::move(channel), *id, std::move(destroy)));
 }
 
-absl::StatusOr<uint32_t> AttachedBackend::AllocateConnectionId() {
+absl::StatusOr<ConnectionSlot> AttachedBackend::PrepareConnection() {
   absl::StatusOr<Json> r = Call(app::kQpPrepare, Json::MakeObject());
   if (!r.ok()) return r.status();
   absl::StatusOr<uint64_t> id = UintIn(*r, "conn_id", 1, std::numeric_limits<uint32_t>::max());
   if (!id.ok()) return FromDaemon(app::kQpPrepare, id.status());
-  return static_cast<uint32_t>(*id);
+  ConnectionSlot slot;
+  slot.conn_id = static_cast<uint32_t>(*id);
+  if (r->Find("offer") != nullptr) {  // a daemon of an earlier release offers nothing
+    absl::StatusOr<uint64_t> offer = UintIn(*r, "offer", 0, std::numeric_limits<uint32_t>::max());
+    if (!offer.ok()) return FromDaemon(app::kQpPrepare, offer.status());
+    slot.offer = static_cast<uint32_t>(*offer);
+  }
+  return slot;
 }
 
 absl::StatusOr<ConnectionBinding> AttachedBackend::CreateConnection(

@@ -56,6 +56,13 @@ struct PortRange {
   uint16_t hi = 0;
 };
 
+// What our half of a new connection starts from: its id, and the offer of our receive budget
+// the set-up protocol tells the peer (docs/spec/setup.md §4; 0: no offer).
+struct ConnectionSlot {
+  uint32_t conn_id = 0;
+  uint32_t offer = 0;
+};
+
 class ContextBackend {
  public:
   virtual ~ContextBackend() = default;
@@ -68,8 +75,8 @@ class ContextBackend {
   // `depth` already checked by the Context.
   virtual absl::StatusOr<std::unique_ptr<CompletionQueue>> CreateCompletionQueue(
       size_t depth) = 0;
-  // A fresh connection id for our half of a new connection.
-  virtual absl::StatusOr<uint32_t> AllocateConnectionId() = 0;
+  // A fresh connection id for our half of a new connection, and the offer to its peer.
+  virtual absl::StatusOr<ConnectionSlot> PrepareConnection() = 0;
   // Where the initial source ports are drawn from, given the caller's tunables.
   virtual PortRange SourcePorts(const core::ConnectionConfig& tuning) const = 0;
   // Creates our half once both halves are known and compatible.

@@ -47,23 +47,57 @@ absl::Status CheckConnectOptions(const ConnectOptions& o) {
   return absl::OkStatus();
 }
 
-// Sends a REJECT carrying `why` (best effort: the peer may be gone) and returns `why`.
-absl::Status Refuse(ExchangeSocket& socket, absl::Status why, absl::Time deadline) {
+// Sends a REJECT with `code` and `why` as its reason (best effort: the peer may be gone) and
+// returns `why`.
+absl::Status Refuse(ExchangeSocket& socket, SetupCode code, absl::Status why,
+                    absl::Time deadline) {
   ExchangeMessage m;
   m.kind = ExchangeKind::kReject;
+  m.code = code;
   m.reason = std::string(why.message());
   socket.SendMessage(EncodeExchange(m), deadline).IgnoreError();
   return why;
 }
 
-absl::StatusOr<ExchangeMessage> ReceiveExchange(ExchangeSocket& socket, absl::Time deadline) {
+// The REJECT code that answers a message DecodeExchange refused (setup.md §6).
+SetupCode CodeOfDecodeError(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kFailedPrecondition ? SetupCode::kUnsupportedVersion
+                                                           : SetupCode::kMalformed;
+}
+
+// The REJECT code for a local failure to take the connection: out of something, or not.
+SetupCode CodeOfLocalError(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kResourceExhausted: return SetupCode::kResources;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnimplemented: return SetupCode::kUnsupported;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kPermissionDenied: return SetupCode::kRefused;
+    default: return SetupCode::kInternal;
+  }
+}
+
+// Receives and decodes one message; a frame that cannot be read is returned as is, one that
+// does not decode comes back with the REJECT code answering it.
+struct Received {
+  absl::StatusOr<ExchangeMessage> message;
+  bool readable = true;  // false: the frame itself failed (peer gone, timeout): nothing to answer
+};
+
+Received ReceiveExchange(ExchangeSocket& socket, absl::Time deadline) {
   absl::StatusOr<std::vector<std::byte>> body = socket.ReceiveMessage(deadline);
-  if (!body.ok()) return body.status();
-  return DecodeExchange(*body);
+  if (!body.ok()) return {body.status(), false};
+  return {DecodeExchange(*body), true};
 }
 
 absl::Status PeerRefused(const ExchangeMessage& m) {
-  return absl::FailedPreconditionError(absl::StrCat("the peer refused the connection: ", m.reason));
+  if (m.code == SetupCode::kUnsupportedVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the peer refused the connection (unsupported_version: it speaks set-up protocol version ",
+        m.version, ", this side ", kExchangeVersion, "): ", m.reason));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the peer refused the connection (", std::string(SetupCodeName(m.code)), "): ", m.reason));
 }
 
 }  // namespace
@@ -79,9 +113,6 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
         absl::StrCat("a context needs 1..", kMaxPlanes, " planes, got ", options.planes.size()));
   }
   if (!factory) return absl::InvalidArgumentError("a context needs a port factory");
-  if (options.mtu < 64 || options.mtu > 65535 - wire::kDataHeadersSize) {
-    return absl::InvalidArgumentError(absl::StrCat("mtu ", options.mtu, " is out of range"));
-  }
   if (options.udp_port == 0) return absl::InvalidArgumentError("udp_port must not be 0");
   if (options.observed_event_depth < 1 || options.observed_event_depth > (uint32_t{1} << 24)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -101,6 +132,15 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
                                                      a.status().message()));
     }
     addresses.push_back(*a);
+  }
+  // Every packet must fit one UDP datagram of the planes' families (setup.md §4).
+  const bool any_ipv4 = std::any_of(addresses.begin(), addresses.end(),
+                                    [](const io::IpAddress& a) { return !a.v6; });
+  const uint32_t max_mtu = any_ipv4 ? kMaxMtuIpv4 : kMaxMtuIpv6;
+  if (options.mtu < kMinMtu || options.mtu > max_mtu) {
+    return absl::InvalidArgumentError(absl::StrCat("mtu ", options.mtu, " is out of range: ",
+                                                   kMinMtu, "..", max_mtu,
+                                                   any_ipv4 ? " (a plane is IPv4)" : ""));
   }
   engine::EngineOptions eo;
   eo.workers = options.workers;
@@ -241,9 +281,10 @@ absl::Status Context::CheckLocalParameters(const ConnectOptions& o) const {
 absl::StatusOr<ConnectionParameters> Context::MakeLocalParameters(const ConnectOptions& o) {
   if (absl::Status s = CheckLocalParameters(o); !s.ok()) return s;
   ConnectionParameters p;
-  absl::StatusOr<uint32_t> id = backend_->AllocateConnectionId();
-  if (!id.ok()) return id.status();
-  p.conn_id = *id;
+  absl::StatusOr<ConnectionSlot> slot = backend_->PrepareConnection();
+  if (!slot.ok()) return slot.status();
+  p.conn_id = slot->conn_id;
+  p.offer = slot->offer;
   do {
     if (absl::Status s = FillRandom(&p.token, sizeof(p.token)); !s.ok()) return s;
   } while (p.token == 0);
@@ -290,19 +331,28 @@ absl::StatusOr<std::unique_ptr<Connection>> Context::Connect(std::string_view ho
   request.kind = ExchangeKind::kRequest;
   request.params = *ours;
   if (absl::Status s = socket->SendMessage(EncodeExchange(request), deadline); !s.ok()) return s;
-  absl::StatusOr<ExchangeMessage> reply = ReceiveExchange(*socket, deadline);
-  if (!reply.ok()) return Refuse(*socket, reply.status(), deadline);
-  if (reply->kind == ExchangeKind::kReject) return PeerRefused(*reply);
-  if (reply->kind != ExchangeKind::kReply) {
-    return Refuse(*socket, absl::InvalidArgumentError("malformed connection exchange: expected "
-                                                      "a REPLY from the server"), deadline);
+  Received reply = ReceiveExchange(*socket, deadline);
+  if (!reply.message.ok()) {
+    if (!reply.readable) return reply.message.status();
+    return Refuse(*socket, CodeOfDecodeError(reply.message.status()), reply.message.status(),
+                  deadline);
   }
-  if (absl::Status s = CheckCompatible(*ours, reply->params); !s.ok()) {
-    return Refuse(*socket, s, deadline);
+  if (reply.message->kind == ExchangeKind::kReject) return PeerRefused(*reply.message);
+  if (reply.message->kind != ExchangeKind::kReply) {
+    return Refuse(*socket, SetupCode::kUnexpectedMessage,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "set-up protocol: expected a REPLY or REJECT from the server, got kind ",
+                      static_cast<int>(reply.message->kind))),
+                  deadline);
   }
-  absl::StatusOr<std::unique_ptr<Connection>> conn = CreateConnection(options, *ours,
-                                                                      reply->params);
-  if (!conn.ok()) return Refuse(*socket, conn.status(), deadline);
+  const ConnectionParameters& peer = reply.message->params;
+  if (absl::Status s = CheckCompatible(*ours, peer); !s.ok()) {
+    return Refuse(*socket, SetupCode::kIncompatible, s, deadline);
+  }
+  absl::StatusOr<std::unique_ptr<Connection>> conn = CreateConnection(options, *ours, peer);
+  if (!conn.ok()) {
+    return Refuse(*socket, CodeOfLocalError(conn.status()), conn.status(), deadline);
+  }
   ExchangeMessage confirm;
   confirm.kind = ExchangeKind::kConfirm;
   if (absl::Status s = socket->SendMessage(EncodeExchange(confirm), deadline); !s.ok()) return s;
@@ -334,36 +384,57 @@ absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(const AcceptDecisio
   auto from = [&who](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("connection from ", who, ": ", s.message()));
   };
-  absl::StatusOr<ExchangeMessage> request = ReceiveExchange(*client, deadline);
-  if (!request.ok()) return from(Refuse(*client, request.status(), deadline));
-  if (request->kind != ExchangeKind::kRequest) {
-    return from(Refuse(*client, absl::InvalidArgumentError(
-                                    "malformed connection exchange: expected a REQUEST"),
+  Received request = ReceiveExchange(*client, deadline);
+  if (!request.message.ok()) {
+    if (!request.readable) return from(request.message.status());
+    return from(Refuse(*client, CodeOfDecodeError(request.message.status()),
+                       request.message.status(), deadline));
+  }
+  if (request.message->kind != ExchangeKind::kRequest) {
+    return from(Refuse(*client, SetupCode::kUnexpectedMessage,
+                       absl::InvalidArgumentError(absl::StrCat(
+                           "set-up protocol: expected a REQUEST, got kind ",
+                           static_cast<int>(request.message->kind))),
                        deadline));
   }
-  absl::StatusOr<ConnectOptions> decided = decide(request->params);
-  if (!decided.ok()) return from(Refuse(*client, decided.status(), deadline));
+  const ConnectionParameters& peer = request.message->params;
+  absl::StatusOr<ConnectOptions> decided = decide(peer);
+  if (!decided.ok()) return from(Refuse(*client, SetupCode::kRefused, decided.status(), deadline));
   const ConnectOptions& options = *decided;
   absl::StatusOr<ConnectionParameters> ours = context_.MakeLocalParameters(options);
-  if (!ours.ok()) return from(Refuse(*client, ours.status(), deadline));
-  if (absl::Status s = CheckCompatible(*ours, request->params); !s.ok()) {
-    return from(Refuse(*client, s, deadline));
+  if (!ours.ok()) {
+    return from(Refuse(*client, CodeOfLocalError(ours.status()), ours.status(), deadline));
+  }
+  if (absl::Status s = CheckCompatible(*ours, peer); !s.ok()) {
+    return from(Refuse(*client, SetupCode::kIncompatible, s, deadline));
   }
   // Our connection exists before the client learns our parameters, so its first packets find it.
   absl::StatusOr<std::unique_ptr<Connection>> conn =
-      context_.CreateConnection(options, *ours, request->params);
-  if (!conn.ok()) return from(Refuse(*client, conn.status(), deadline));
+      context_.CreateConnection(options, *ours, peer);
+  if (!conn.ok()) {
+    return from(Refuse(*client, CodeOfLocalError(conn.status()), conn.status(), deadline));
+  }
   ExchangeMessage reply;
   reply.kind = ExchangeKind::kReply;
   reply.params = *ours;
   if (absl::Status s = client->SendMessage(EncodeExchange(reply), deadline); !s.ok()) {
     return from(s);  // `conn` is destroyed on return
   }
-  absl::StatusOr<ExchangeMessage> confirm = ReceiveExchange(*client, deadline);
-  if (!confirm.ok()) return from(confirm.status());
-  if (confirm->kind == ExchangeKind::kReject) return from(PeerRefused(*confirm));
-  if (confirm->kind != ExchangeKind::kConfirm) {
-    return from(absl::InvalidArgumentError("malformed connection exchange: expected a CONFIRM"));
+  // Until CONFIRM the client may still refuse: on a REJECT, anything else, a closed socket or
+  // the deadline, `conn` is destroyed on return (setup.md §3).
+  Received confirm = ReceiveExchange(*client, deadline);
+  if (!confirm.message.ok()) {
+    if (!confirm.readable) return from(confirm.message.status());
+    return from(Refuse(*client, CodeOfDecodeError(confirm.message.status()),
+                       confirm.message.status(), deadline));
+  }
+  if (confirm.message->kind == ExchangeKind::kReject) return from(PeerRefused(*confirm.message));
+  if (confirm.message->kind != ExchangeKind::kConfirm) {
+    return from(Refuse(*client, SetupCode::kUnexpectedMessage,
+                       absl::InvalidArgumentError(absl::StrCat(
+                           "set-up protocol: expected a CONFIRM or REJECT, got kind ",
+                           static_cast<int>(confirm.message->kind))),
+                       deadline));
   }
   if (options.keep_exchange_socket) (*conn)->exchange_socket_ = *std::move(client);
   return conn;

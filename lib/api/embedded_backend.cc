@@ -83,8 +83,12 @@ absl::StatusOr<std::unique_ptr<CompletionQueue>> EmbeddedBackend::CreateCompleti
       new CompletionQueue(engine_->CreateCompletionChannel(depth)));
 }
 
-absl::StatusOr<uint32_t> EmbeddedBackend::AllocateConnectionId() {
-  return engine_->AllocateConnectionId();
+absl::StatusOr<ConnectionSlot> EmbeddedBackend::PrepareConnection() {
+  ConnectionSlot slot;
+  slot.conn_id = engine_->AllocateConnectionId();
+  slot.offer = static_cast<uint32_t>(
+      std::min<uint64_t>(engine_->InitialOffer(slot.conn_id), UINT32_MAX));
+  return slot;
 }
 
 PortRange EmbeddedBackend::SourcePorts(const core::ConnectionConfig& tuning) const {

@@ -36,7 +36,7 @@ class EmbeddedBackend final : public ContextBackend {
                                                     uint32_t access) override;
   absl::Status DeregisterMemory(const core::MemoryRegion& region) override;
   absl::StatusOr<std::unique_ptr<CompletionQueue>> CreateCompletionQueue(size_t depth) override;
-  absl::StatusOr<uint32_t> AllocateConnectionId() override;
+  absl::StatusOr<ConnectionSlot> PrepareConnection() override;
   PortRange SourcePorts(const core::ConnectionConfig& tuning) const override;
   absl::StatusOr<ConnectionBinding> CreateConnection(const ConnectOptions& options,
                                                      const ConnectionParameters& ours,

@@ -9,7 +9,7 @@ namespace {
 
 constexpr uint8_t kMagic[4] = {'M', 'R', 'C', 'X'};
 constexpr size_t kHeaderBytes = 8;
-constexpr size_t kParamsFixedBytes = 4 + 8 + 2 + 1 + 1 + 1 + 1 + 1 + 1 + 4 + 4 + 4 + 4 + 2 + 2;
+constexpr size_t kParamsFixedBytes = 4 + 8 + 2 + 1 + 1 + 1 + 1 + 1 + 1 + 4 + 4 + 4 + 4 + 2 + 2 + 4;
 constexpr size_t kPlaneBytes = 17;
 
 class Writer {
@@ -83,6 +83,22 @@ absl::Status Bad(std::string_view what) {
 
 }  // namespace
 
+std::string_view SetupCodeName(SetupCode code) {
+  switch (code) {
+    case SetupCode::kNone: return "none";
+    case SetupCode::kMalformed: return "malformed";
+    case SetupCode::kUnsupportedVersion: return "unsupported_version";
+    case SetupCode::kUnexpectedMessage: return "unexpected_message";
+    case SetupCode::kIncompatible: return "incompatible";
+    case SetupCode::kUnsupported: return "unsupported";
+    case SetupCode::kResources: return "resources";
+    case SetupCode::kRefused: return "refused";
+    case SetupCode::kInternal: return "internal";
+    case SetupCode::kError: return "error";
+  }
+  return "unknown";
+}
+
 std::vector<std::byte> EncodeExchange(const ExchangeMessage& m) {
   Writer w;
   w.Bytes(kMagic, 4);
@@ -108,6 +124,7 @@ std::vector<std::byte> EncodeExchange(const ExchangeMessage& m) {
       w.U32(p.max_recv_queue);
       w.U16(p.udp_port);
       w.U16(static_cast<uint16_t>(p.private_data.size()));
+      w.U32(p.offer);
       for (uint16_t port : p.initial_ports) w.U16(port);
       for (const io::IpAddress& a : p.plane_addresses) {
         w.U8(a.v6 ? 6 : 4);
@@ -117,10 +134,15 @@ std::vector<std::byte> EncodeExchange(const ExchangeMessage& m) {
       break;
     }
     case ExchangeKind::kReject:
-      w.U16(static_cast<uint16_t>(std::min<size_t>(m.reason.size(), 1024)));
-      w.Bytes(m.reason.data(), std::min<size_t>(m.reason.size(), 1024));
+    case ExchangeKind::kClose: {
+      const size_t n = std::min(m.reason.size(), kMaxReasonBytes);
+      w.U16(static_cast<uint16_t>(m.code));
+      w.U16(static_cast<uint16_t>(n));
+      w.Bytes(m.reason.data(), n);
       break;
-    case ExchangeKind::kConfirm: break;
+    }
+    case ExchangeKind::kConfirm:
+    case ExchangeKind::kKeepalive: break;
   }
   return w.Take();
 }
@@ -131,24 +153,33 @@ absl::StatusOr<ExchangeMessage> DecodeExchange(std::span<const std::byte> body) 
     return Bad("bad magic (the peer is not a MetaRoCE connection exchange)");
   }
   Reader r(body.subspan(4));
-  const uint16_t version = r.U16();
-  if (version != kExchangeVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the peer speaks connection exchange version ", version, "; this side speaks version ",
-        kExchangeVersion, ": run the same MetaRoCE release on both hosts"));
-  }
   ExchangeMessage m;
+  m.version = r.U16();
   const uint8_t kind = r.U8();
-  if (kind < 1 || kind > 4) return Bad(absl::StrCat("unknown message kind ", kind));
+  r.U8();  // reserved: sent as 0, ignored
+  // A REJECT has the same layout in every version: a client learns why, and which version the
+  // server speaks, whatever it sent (setup.md §7).
+  if (m.version != kExchangeVersion && kind != static_cast<uint8_t>(ExchangeKind::kReject)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the peer speaks set-up protocol version ", m.version, "; this side speaks version ",
+        kExchangeVersion));
+  }
+  if (kind < 1 || kind > 6) return Bad(absl::StrCat("unknown message kind ", kind));
   m.kind = static_cast<ExchangeKind>(kind);
-  if (r.U8() != 0) return Bad("reserved header byte is not zero");
   switch (m.kind) {
     case ExchangeKind::kConfirm:
+    case ExchangeKind::kKeepalive:
       break;
-    case ExchangeKind::kReject: {
+    case ExchangeKind::kReject:
+    case ExchangeKind::kClose: {
+      const uint16_t code = r.U16();
       const uint16_t len = r.U16();
       auto text = r.Bytes(len);
-      if (!r.ok()) return Bad("reject reason is truncated");
+      if (!r.ok()) return Bad("reason is truncated");
+      if (len > kMaxReasonBytes) {
+        return Bad(absl::StrCat("reason of ", len, " bytes exceeds ", kMaxReasonBytes));
+      }
+      m.code = static_cast<SetupCode>(code);  // a code of a later revision is kept as it came
       m.reason.assign(reinterpret_cast<const char*>(text.data()), text.size());
       break;
     }
@@ -161,13 +192,14 @@ absl::StatusOr<ExchangeMessage> DecodeExchange(std::span<const std::byte> body) 
       p.path_count = r.U16();
       const uint8_t planes = r.U8();
       const uint8_t recovery = r.U8(), placement = r.U8(), spray = r.U8(), ordered = r.U8();
-      if (r.U8() != 0) return Bad("reserved parameter byte is not zero");
-      p.profile.reorder_buffer_bytes = r.U32();
+      r.U8();  // reserved: sent as 0, ignored
+      const uint32_t reorder_buffer_bytes = r.U32();
       p.mtu = r.U32();
       p.max_send_queue = r.U32();
       p.max_recv_queue = r.U32();
       p.udp_port = r.U16();
       const uint16_t private_len = r.U16();
+      p.offer = r.U32();
       if (p.conn_id == 0) return Bad("connection id 0");
       if (p.token == 0) return Bad("token 0");
       if (p.path_count < 1 || p.path_count > 256) {
@@ -176,16 +208,24 @@ absl::StatusOr<ExchangeMessage> DecodeExchange(std::span<const std::byte> body) 
       if (planes < 1 || planes > kMaxPlanes) {
         return Bad(absl::StrCat("plane count ", planes, " is outside 1..", kMaxPlanes));
       }
-      if (recovery > 1 || placement > 2 || spray > 1 || ordered > 1) {
-        return Bad("unknown transport profile or ordering value");
+      // The three profiles of baselines.md; no other combination of the policies exists.
+      const core::TransportProfile profile{static_cast<core::RecoveryPolicy>(recovery),
+                                           static_cast<core::PlacementPolicy>(placement),
+                                           static_cast<core::SprayPolicy>(spray), 0};
+      const bool metaroce = recovery == 0 && placement == 0 && spray == 0;
+      const bool gbn = recovery == 1 && placement == 1 && spray == 1;
+      const bool reorder = recovery == 0 && placement == 2 && spray == 0;
+      if (!metaroce && !gbn && !reorder) {
+        return Bad(absl::StrCat("transport profile (recovery ", recovery, ", placement ",
+                                placement, ", spray ", spray, ") is none of the three"));
       }
-      p.profile.recovery = static_cast<core::RecoveryPolicy>(recovery);
-      p.profile.placement = static_cast<core::PlacementPolicy>(placement);
-      p.profile.spray = static_cast<core::SprayPolicy>(spray);
+      if (ordered > 1) return Bad(absl::StrCat("ordered_completion ", ordered, " is not 0 or 1"));
+      p.profile = profile;
       p.ordered_completion = ordered != 0;
-      if (p.mtu < 64 || p.mtu > 65535 - wire::kDataHeadersSize) {
-        return Bad(absl::StrCat("mtu ", p.mtu, " is out of range"));
-      }
+      if (reorder) {
+        if (reorder_buffer_bytes == 0) return Bad("reorder buffer of 0 bytes");
+        p.profile.reorder_buffer_bytes = reorder_buffer_bytes;
+      }  // other profiles: sent as 0, ignored
       if (p.max_send_queue == 0 || p.max_recv_queue == 0 || p.max_send_queue > (1u << 20) ||
           p.max_recv_queue > (1u << 20)) {
         return Bad("queue depths must be 1..2^20");
@@ -205,8 +245,14 @@ absl::StatusOr<ExchangeMessage> DecodeExchange(std::span<const std::byte> body) 
         if (port == 0 || port == p.udp_port) {
           return Bad(absl::StrCat("path ", i, " source port ", port, " is 0 or the UDP port"));
         }
+        for (uint16_t j = 0; j < i; ++j) {
+          if (p.initial_ports[j] == port) {
+            return Bad(absl::StrCat("paths ", j, " and ", i, " have the same source port ", port));
+          }
+        }
         p.initial_ports.push_back(port);
       }
+      bool any_ipv4 = false;
       for (uint8_t i = 0; i < planes; ++i) {
         const uint8_t family = r.U8();
         if (family != 4 && family != 6) {
@@ -216,7 +262,25 @@ absl::StatusOr<ExchangeMessage> DecodeExchange(std::span<const std::byte> body) 
         a.v6 = family == 6;
         auto bytes = r.Bytes(16);
         std::memcpy(a.bytes.data(), bytes.data(), 16);
+        const auto nonzero = [&a](size_t from, size_t to) {
+          for (size_t k = from; k < to; ++k) {
+            if (a.bytes[k] != 0) return true;
+          }
+          return false;
+        };
+        if (!a.v6 && nonzero(4, 16)) {
+          return Bad(absl::StrCat("plane ", i, " IPv4 address has nonzero bytes after its four"));
+        }
+        if (!nonzero(0, a.v6 ? 16 : 4)) {
+          return Bad(absl::StrCat("plane ", i, " address is unspecified"));
+        }
+        any_ipv4 |= !a.v6;
         p.plane_addresses.push_back(a);
+      }
+      const uint32_t max_mtu = any_ipv4 ? kMaxMtuIpv4 : kMaxMtuIpv6;
+      if (p.mtu < kMinMtu || p.mtu > max_mtu) {
+        return Bad(absl::StrCat("mtu ", p.mtu, " is outside ", kMinMtu, "..", max_mtu,
+                                any_ipv4 ? " (a plane is IPv4)" : ""));
       }
       auto priv = r.Bytes(private_len);
       p.private_data.assign(priv.begin(), priv.end());
@@ -279,6 +343,8 @@ core::ConnectionConfig MakeConnectionConfig(const ConnectionParameters& ours,
   c.mtu = ours.mtu;
   c.max_send_queue = ours.max_send_queue;
   c.max_recv_queue = ours.max_recv_queue;
+  c.peer_max_send_queue = peer.max_send_queue;
+  c.initial_window_hint_bytes = peer.offer;
   return c;
 }
 

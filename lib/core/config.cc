@@ -22,8 +22,10 @@ absl::Status ConnectionConfig::Validate() const {
   for (uint16_t i = 0; i < path_count; ++i) {
     if (InitialPort(i) == udp_port) return bad("path ", i, " would use udp_port as source port");
   }
-  if (mtu < 64 || mtu > 65535 - wire::kDataHeadersSize) {
-    return bad("mtu must be 64..", 65535 - wire::kDataHeadersSize, " payload bytes, got ", mtu);
+  // The largest UDP payload, 65,527 bytes over IPv6 (65,507 over IPv4, which the set-up checks
+  // per plane family: docs/spec/setup.md §4), less the data headers.
+  if (mtu < 64 || mtu > 65527 - wire::kDataHeadersSize) {
+    return bad("mtu must be 64..", 65527 - wire::kDataHeadersSize, " payload bytes, got ", mtu);
   }
   if (profile.placement == PlacementPolicy::kReorderBuffer &&
       profile.reorder_buffer_bytes < mtu) {

@@ -78,6 +78,12 @@ struct ConnectionConfig {
   // profile always completes requests in order (docs/spec/baselines.md [B2]).
   bool ordered_completion = false;
   uint32_t max_send_queue = 1024;  // outstanding send work requests
+  // The peer's max_send_queue, from the set-up (docs/spec/setup.md §4): as responder, [M1] accepts
+  // a msg_seq only within this distance of the oldest incomplete message. 0: max_send_queue.
+  uint32_t peer_max_send_queue = 0;
+  uint32_t PeerSendQueue() const {
+    return peer_max_send_queue != 0 ? peer_max_send_queue : max_send_queue;
+  }
   uint32_t max_recv_queue = 1024;  // posted receives not yet completed
   uint32_t max_message_bytes = 1u << 30;
 

@@ -72,7 +72,7 @@ wire::Syndrome Receiver::Check(const wire::Packet& p, std::byte** dst) {
   const auto& d = p.data;
   // [M1] shape: the message must be within the requester's send window and cut at the MTU.
   const int32_t ahead = SeqDistance(completed_below_, d.msg_seq);
-  if (ahead < 0 || static_cast<uint32_t>(ahead) >= cfg_.max_send_queue ||
+  if (ahead < 0 || static_cast<uint32_t>(ahead) >= cfg_.PeerSendQueue() ||
       d.msg_len > cfg_.max_message_bytes || d.offset % cfg_.mtu != 0 ||
       (d.offset >= d.msg_len && !(d.offset == 0 && d.msg_len == 0)) ||
       p.payload.size() != std::min<uint64_t>(cfg_.mtu, d.msg_len - d.offset)) {

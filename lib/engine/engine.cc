@@ -121,6 +121,12 @@ Engine::~Engine() {
   workers_.clear();
 }
 
+uint64_t Engine::InitialOffer(uint32_t conn_id) {
+  return Call<uint64_t>(OwnerOf(conn_id), [](Worker& w) {
+    return w.endpoint().receive_budget().InitialOffer();
+  });
+}
+
 uint32_t Engine::AllocateConnectionId() {
   uint32_t id;
   do {

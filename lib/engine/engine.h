@@ -147,6 +147,9 @@ class Engine {
   // A fresh non-zero connection id, unique within this engine (ids chosen by the caller must not
   // collide with these: use one scheme or the other).
   uint32_t AllocateConnectionId();
+  // What the set-up protocol offers the peer of a new connection `conn_id` (its owner's share of
+  // the receive budget for one more connection, congestion.md §5.3); 0 with the budget off.
+  uint64_t InitialOffer(uint32_t conn_id);
 
   // Registers [base, base+length) in every worker's memory table under the same lkey and rkey
   // (counted here, >= core::MemoryTable::kFirstCallerKey), in protection domain `pd`. All or

@@ -106,7 +106,7 @@ TEST(ConnectionConfig_Validate, UdpPortMustNotBeZero) {
 }
 
 TEST(ConnectionConfig_Validate, MtuBounds) {
-  const uint32_t max_mtu = 65535 - wire::kDataHeadersSize;
+  const uint32_t max_mtu = 65527 - wire::kDataHeadersSize;
   EXPECT_THAT(Refusal(With([](ConnectionConfig& c) { c.mtu = 63; })), HasSubstr("mtu"));
   EXPECT_EQ(Refusal(With([](ConnectionConfig& c) {
               c.mtu = 64;
@@ -115,7 +115,7 @@ TEST(ConnectionConfig_Validate, MtuBounds) {
             "");
   EXPECT_EQ(Refusal(With([&](ConnectionConfig& c) { c.mtu = max_mtu; })), "");
   EXPECT_THAT(Refusal(With([&](ConnectionConfig& c) { c.mtu = max_mtu + 1; })),
-              HasSubstr("mtu must be 64..65479"));
+              HasSubstr("mtu must be 64..65471"));
 }
 
 TEST(ConnectionConfig_Validate, ReorderBufferMustHoldOneMtu) {

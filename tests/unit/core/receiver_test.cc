@@ -539,6 +539,19 @@ TEST(Receiver_InvalidRequest, MalformedMessageShapesAreNaked) {
   EXPECT_TRUE(r.Untouched());
 }
 
+// [M1] The send window is the requester's: its max_send_queue, which the set-up told the
+// responder (peer_max_send_queue), not the responder's own.
+TEST(Receiver_InvalidRequest, TheSendWindowIsThePeers) {
+  ConnectionConfig c = ResponderConfig();
+  c.max_send_queue = 4;
+  c.peer_max_send_queue = 16;
+  Responder r(c);
+  r.Feed(At(0 * kUs), r.Write(0, 0, 10, 0, 100));  // msg_seq 10: inside the peer's 16
+  r.Feed(At(0 * kUs), r.Write(0, 1, 16, 0, 100));  // msg_seq 16: beyond it
+  // PSN 0 accepted (its ACK delayed: cum 1 in the NAK), PSN 1 refused.
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 INV_REQ_NAK cum 1 ack_psn 1"));
+}
+
 TEST(Receiver_InvalidRequest, PacketsOfOneMessageMustAgree) {
   Responder r;
   r.Feed(At(0 * kUs), r.Write(0, 0, 0, 0, 2 * kMtu));
