@@ -21,6 +21,17 @@ absl::Status ConnectionConfig::Validate() const {
   if (udp_port == 0) return bad("udp_port must not be 0");
   for (uint16_t i = 0; i < path_count; ++i) {
     if (InitialPort(i) == udp_port) return bad("path ", i, " would use udp_port as source port");
+    // wire-format.md §1: a direction's source ports differ from each other.
+    for (uint16_t j = 0; j < i; ++j) {
+      if (InitialPort(j) == InitialPort(i)) {
+        return bad("paths ", j, " and ", i, " have the same initial port ", InitialPort(i));
+      }
+    }
+  }
+  // paths-and-recovery.md §8: a rotated port is never udp_port.
+  if (rotate_port_lo <= udp_port && udp_port <= rotate_port_hi) {
+    return bad("rotation port range [", rotate_port_lo, ", ", rotate_port_hi,
+               "] contains udp_port ", udp_port);
   }
   // The largest UDP payload, 65,527 bytes over IPv6 (65,507 over IPv4, which the set-up checks
   // per plane family: docs/spec/setup.md §4), less the data headers.

@@ -876,7 +876,11 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
     // The probe's reply measures the new route even when every data packet was retransmitted
     // (Karn's rule gives no sample then). Timed from the round's first probe, a reply to a
     // later copy overestimates the RTT: the safe side for timeouts.
-    if (path.probe_unanswered) path.rtt.AddSample(now - path.probe_started_at);
+    // paths-and-recovery.md §5: only R > 0 is a sample (a reply in the probe's own instant is
+    // a clock that did not move, not a route without delay).
+    if (path.probe_unanswered && now > path.probe_started_at) {
+      path.rtt.AddSample(now - path.probe_started_at);
+    }
     path.probe_unanswered = false;
     path.probe_backoff = 0;
     if (++path.probe_replies >= cfg_.probes_to_activate) {
@@ -1223,6 +1227,14 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
     if (!failed_) ArmPto(now, path);
     return;
   }
+  // [R5] step 1: a path whose every outstanding PSN waits for the responder (RNR, [M5]) is not
+  // silent: the expiry re-arms and does nothing else. It is not the path's latest expiry either,
+  // which would set aside the progress made before it (step 2, [R5a]).
+  if (cfg_.profile.recovery == RecoveryPolicy::kSelective &&
+      TailProbePsn(now, path) == path.next_psn) {
+    ArmPto(now, path);
+    return;
+  }
   // [R5b] Whatever the expiry proves, the data units waiting on an overtaken path get a second
   // chance on a live one: its messages complete, and the application's next ones give the
   // path's siblings fresh evidence.
@@ -1276,11 +1288,7 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
     path.gbn_last_goback = now;
   } else {
     // [R5] tail loss probe: resend the highest outstanding PSN; its ACK exposes gaps below.
-    const uint32_t probe = TailProbePsn(now, path);
-    if (probe == path.next_psn) {  // everything outstanding waits for the responder (RNR)
-      ArmPto(now, path);
-      return;
-    }
+    const uint32_t probe = TailProbePsn(now, path);  // not next_psn: checked above
     // The expiry that reaches the failure count fails the path: no tail probe into it.
     // [R5c] ... and so does an unattributed one once the whole connection has been silent for the
     // recovery cap with nothing idle to ask, one path per cap: every

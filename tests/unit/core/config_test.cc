@@ -101,6 +101,31 @@ TEST(ConnectionConfig_Validate, RotationRangeMustHoldMorePortsThanPaths) {
               HasSubstr("rotation port range"));
 }
 
+// wire-format.md §1: the source ports of one direction differ from each other.
+TEST(ConnectionConfig_Validate, InitialPortsMustDiffer) {
+  EXPECT_THAT(Refusal(With([](ConnectionConfig& c) {
+                c.path_count = 3;
+                c.initial_ports = {50000, 50001, 50000};
+              })),
+              HasSubstr("paths 0 and 2 have the same initial port 50000"));
+}
+
+// paths-and-recovery.md §8: the rotation range MUST NOT contain udp_port.
+TEST(ConnectionConfig_Validate, RotationRangeMustNotContainUdpPort) {
+  EXPECT_THAT(Refusal(With([](ConnectionConfig& c) {
+                c.rotate_port_lo = 4000;
+                c.rotate_port_hi = 5000;  // holds 4792
+              })),
+              HasSubstr("contains udp_port 4792"));
+  EXPECT_THAT(Refusal(With([](ConnectionConfig& c) { c.udp_port = 65535; })),  // the default's top
+              HasSubstr("contains udp_port 65535"));
+  EXPECT_EQ(Refusal(With([](ConnectionConfig& c) {
+              c.rotate_port_lo = 4793;
+              c.rotate_port_hi = 5000;
+            })),
+            "");
+}
+
 TEST(ConnectionConfig_Validate, UdpPortMustNotBeZero) {
   EXPECT_THAT(Refusal(With([](ConnectionConfig& c) { c.udp_port = 0; })), HasSubstr("udp_port"));
 }

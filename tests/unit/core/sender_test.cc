@@ -1352,6 +1352,18 @@ TEST(Sender_Rotation, RotatingABusyPathKeepsItsDataAndProbesFromSndUna) {
   EXPECT_THAT(r.CompletedIds(), ElementsAre(1));
 }
 
+// [R7] / §5: a probe reply in the probe's own instant measures nothing (R = 0 is no sample):
+// the path's estimator stays reset, instead of taking an RTT of 0 and with it a PTO at the floor.
+TEST(Sender_Rotation, AProbeReplyInTheProbesInstantIsNoRttSample) {
+  Requester r(RequesterConfig(2));
+  ASSERT_TRUE(r.conn.RequestRotation(At(1 * kUs), 1).ok());
+  EXPECT_THAT(r.Log(), ElementsAre("path 1 PROBE psn 0"));
+  r.Feed(At(1 * kUs), Requester::Ack(1, 0, 0, {}, wire::flags::kProbeReply));
+  EXPECT_EQ(r.conn.path_stats(1).state, PathState::kActive);
+  EXPECT_EQ(r.conn.path_stats(1).srtt, 10 * kUs);  // initial_rtt: still no sample
+  EXPECT_EQ(r.conn.path_stats(1).min_rtt, Duration(0));
+}
+
 // ---------------------------------------------------------------------------------------------
 // RNR, retry limit, errors
 
@@ -1379,6 +1391,34 @@ TEST(Sender_Rnr, RetryWaitsForTheDelayAndDoesNotCountTowardMaxTransmissions) {
   EXPECT_THAT(st, ElementsAre(WcStatus::kSuccess));
   EXPECT_EQ(r.conn.state(), Connection::State::kReady);
   EXPECT_EQ(r.conn.counters().rcvd_rnr_err, 2u);
+}
+
+// [R5] step 1: an expiry that finds every outstanding PSN of the path waiting for an RNR delay
+// does nothing, and is not the path's latest expiry: the progress made before it (path 1's ACK
+// at 10 us) still makes the path's next expiry, at 100 us, count against it. Recorded as an
+// expiry, it set that progress aside, and with path 1 outstanding that expiry read as a stall.
+TEST(Sender_Rnr, AnExpiryWhileEverythingWaitsForTheResponderIsNoExpiry) {
+  ConnectionConfig c = RequesterConfig(2);
+  c.fail_after_timeouts = c.fail_after_overtaken = 1;
+  Requester r(c);
+  r.Post(At(0 * kUs), r.Wr(1, WrOpcode::kSend, 0, 100));
+  r.PostWrite(At(0 * kUs), 2, 100);
+  std::vector<RecordedPacket> sent = r.sink.packets();
+  ASSERT_THAT(sent, SizeIs(2));
+  const uint16_t send_path = sent[0].packet.path_id, write_path = sent[1].packet.path_id;
+  ASSERT_NE(send_path, write_path);
+  r.sink.Clear();
+  r.Feed(At(5 * kUs), Requester::Nak(send_path, 0, 0, wire::Syndrome::kRnrNak, 0, 60));
+  r.Feed(At(10 * kUs), Requester::Ack(write_path, 1, 0));  // progress
+  r.RunTimersUntil(At(50 * kUs));  // the Send's path expires while its PSN waits (until 65 us)
+  EXPECT_THAT(r.Log(), IsEmpty());
+  r.PostWrite(At(55 * kUs), 3, 100);  // outstanding on the other path until after 100 us
+  r.RunTimersUntil(At(65 * kUs));     // the RNR retry
+  EXPECT_THAT(r.Log(), ElementsAre(HasSubstr("WRITE psn 1 msg 2"),
+                                   HasSubstr("SEND psn 0 msg 0 off 0 len 100 ACK_REQ RETX")));
+  r.RunTimersUntil(At(100 * kUs));
+  EXPECT_EQ(r.conn.path_stats(send_path).state, PathState::kProbing);  // failed, rotated
+  EXPECT_THAT(r.Events(), Contains(HasSubstr("->failed failed @100us")));
 }
 
 TEST(Sender_Retry, MaxTransmissionsExceededFailsTheMessageAndFlushesTheRest) {
