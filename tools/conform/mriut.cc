@@ -37,6 +37,11 @@ namespace {
 using control::Json;
 
 constexpr size_t kMaxLineBytes = 1 << 20;
+
+// SIGTERM and SIGINT end the process cleanly: the context goes, and with it the XDP program it
+// attached (a killed AF_XDP IUT would leave it on the interface).
+volatile sig_atomic_t g_stop = 0;
+void OnStopSignal(int) { g_stop = 1; }
 constexpr uint32_t kCqDepth = 1 << 14;
 
 const char kUsage[] = R"(usage: mriut --driver ADDR:PORT [options]
@@ -574,6 +579,7 @@ bool ReadLine(int fd, std::string& buffer, std::string& line) {
     if (buffer.size() > kMaxLineBytes) return false;
     char chunk[65536];
     const ssize_t n = read(fd, chunk, sizeof chunk);
+    if (g_stop) return false;
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     buffer.append(chunk, static_cast<size_t>(n));
@@ -615,6 +621,10 @@ void Serve(Driver& driver, int fd) {
 
 int Run(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
+  struct sigaction stop {};
+  stop.sa_handler = OnStopSignal;  // no SA_RESTART: a blocked read returns to see the flag
+  sigaction(SIGTERM, &stop, nullptr);
+  sigaction(SIGINT, &stop, nullptr);
   absl::StatusOr<Options> o = ParseOptions(argc, argv);
   if (!o.ok()) {
     std::fprintf(stderr, "mriut: %s\n", std::string(o.status().message()).c_str());
@@ -655,14 +665,19 @@ int Run(int argc, char** argv) {
   std::printf("mriut: driver on %s:%u, set-ups on %s\n", o->driver_host.c_str(),
               listen->local_port(), setup_address.c_str());
   std::fflush(stdout);
-  while (true) {
-    absl::StatusOr<api::ExchangeSocket> tester = listen->Accept(absl::InfiniteFuture());
+  while (!g_stop) {
+    absl::StatusOr<api::ExchangeSocket> tester =
+        listen->Accept(absl::Now() + absl::Milliseconds(200));
     if (!tester.ok()) {
-      std::fprintf(stderr, "mriut: %s\n", std::string(tester.status().message()).c_str());
+      if (tester.status().code() != absl::StatusCode::kDeadlineExceeded && !g_stop) {
+        std::fprintf(stderr, "mriut: %s\n", std::string(tester.status().message()).c_str());
+      }
       continue;
     }
     Serve(driver, tester->fd());
   }
+  std::printf("mriut: stopped\n");
+  return 0;
 }
 
 }  // namespace
