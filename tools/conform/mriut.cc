@@ -30,6 +30,7 @@
 #include "lib/api/stats_json.h"
 #include "lib/control/json.h"
 #include "lib/core/types.h"
+#include "tools/conform/mutating_port.h"
 
 namespace metaroce::conform {
 namespace {
@@ -55,6 +56,8 @@ under test.
   --mtu BYTES             payload per packet (default: the largest the planes' interfaces fit)
   --attach [SOCKET]       through metaroced instead (its planes, port and mtu)
   --setup-address ADDR    where `listen` takes set-ups (default: plane 0's address)
+  --mutate NAME           deviate from the specification on purpose, to prove that mrconform
+                          catches it (embedded only; tools/conform/mutations), one of:
 )";
 
 struct Options {
@@ -66,6 +69,7 @@ struct Options {
   uint32_t mtu = 0;  // Context::Create: the interfaces' largest
   std::optional<std::string> attach;
   std::string setup_address;
+  std::optional<Mutation> mutate;
 };
 
 absl::Status SplitHostPort(const std::string& text, std::string* host, uint16_t* port) {
@@ -95,6 +99,7 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
     uint32_t n = 0;
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
+      std::printf("                          %s\n", MutationNames().c_str());
       std::exit(0);
     } else if (a == "--driver") {
       auto v = value();
@@ -130,6 +135,12 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
     } else if (a == "--attach") {
       o.attach = std::string(control::kDefaultSocketPath);
       if (i + 1 < argc && argv[i + 1][0] != '-') o.attach = argv[++i];
+    } else if (a == "--mutate") {
+      auto v = value();
+      if (!v.ok()) return v.status();
+      absl::StatusOr<Mutation> m = ParseMutation(*v);
+      if (!m.ok()) return m.status();
+      o.mutate = *m;
     } else if (a == "--setup-address") {
       auto v = value();
       if (!v.ok()) return v.status();
@@ -139,6 +150,9 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
     }
   }
   if (!driver) return absl::InvalidArgumentError("--driver ADDR:PORT is required (see --help)");
+  if (o.attach && o.mutate) {
+    return absl::InvalidArgumentError("--mutate needs an embedded context (not --attach)");
+  }
   if (!o.attach && o.planes.empty()) {
     return absl::InvalidArgumentError("an embedded context needs --plane IFNAME[=IP]");
   }
@@ -367,6 +381,7 @@ class Driver {
     if (!conn.ok()) return conn.status();
     Json r = Json::MakeObject();
     const uint32_t id = (*conn)->local_id();
+    RememberToken(id, (*conn)->local_parameters().token);
     r["conn"] = id;
     r["peer"] = HalfJson((*conn)->peer_parameters());
     conns_[id] = *std::move(conn);
@@ -630,6 +645,7 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "mriut: %s\n", std::string(o.status().message()).c_str());
     return 2;
   }
+  std::unique_ptr<api::Datapath> datapath;  // --mutate: declared first, destroyed last
   absl::StatusOr<std::unique_ptr<api::Context>> ctx;
   if (o->attach) {
     api::AttachOptions a;
@@ -642,7 +658,36 @@ int Run(int argc, char** argv) {
     c.port_kind = o->port_kind;
     c.udp_port = o->udp_port;
     c.mtu = o->mtu;
-    ctx = api::Context::Create(c);
+    if (!o->mutate) {
+      ctx = api::Context::Create(c);
+    } else {
+      // The datapath's ports, each behind a MutatingPort; the datapath outlives the context.
+      api::DatapathOptions d;
+      d.kind = c.port_kind;
+      d.planes = c.planes;
+      d.udp_port = c.udp_port;
+      absl::StatusOr<std::unique_ptr<api::Datapath>> dp = api::Datapath::Create(d);
+      if (!dp.ok()) {
+        std::fprintf(stderr, "mriut: %s\n", std::string(dp.status().message()).c_str());
+        return 1;
+      }
+      datapath = *std::move(dp);
+      for (size_t p = 0; p < c.planes.size(); ++p) {
+        if (c.planes[p].local_ip.empty()) {
+          c.planes[p].local_ip = datapath->planes()[p].local_ip.ToString();
+        }
+      }
+      if (c.mtu == 0) c.mtu = datapath->DefaultMtu();
+      const Mutation m = *o->mutate;
+      api::PortFactory inner = datapath->Factory();
+      ctx = api::Context::Create(
+          c, [inner, m](const api::PortSpec& spec)
+                 -> absl::StatusOr<std::unique_ptr<io::PacketPort>> {
+            absl::StatusOr<std::unique_ptr<io::PacketPort>> port = inner(spec);
+            if (!port.ok()) return port.status();
+            return std::unique_ptr<io::PacketPort>(new MutatingPort(*std::move(port), m));
+          });
+    }
   }
   if (!ctx.ok()) {
     std::fprintf(stderr, "mriut: %s\n", std::string(ctx.status().message()).c_str());
