@@ -77,8 +77,9 @@ SetupCode CodeOfLocalError(const absl::Status& s) {
   }
 }
 
-// Receives and decodes one message; a frame that cannot be read is returned as is, one that
-// does not decode comes back with the REJECT code answering it.
+// Receives and decodes one message. `readable` false: the frame itself failed (peer gone,
+// deadline), nothing to answer; otherwise a message that does not decode is answered with a
+// REJECT of CodeOfDecodeError(message.status()).
 struct Received {
   absl::StatusOr<ExchangeMessage> message;
   bool readable = true;  // false: the frame itself failed (peer gone, timeout): nothing to answer
