@@ -13,7 +13,8 @@ namespace {
 constexpr size_t kBase = 24;
 constexpr size_t kVersion = 0, kOpcode = 1, kFlags = 2, kDestConn = 4, kPath = 8, kPsn = 12,
                  kToken = 16;
-constexpr size_t kAckCum = kBase + 0, kAckCe = kBase + 8, kAckSyndrome = kBase + 16,
+constexpr size_t kAckCum = kBase + 0, kAckCe = kBase + 8, kAckHint = kBase + 12,
+                 kAckSyndrome = kBase + 16,
                  kAckRnr = kBase + 18, kAckSack = kBase + 24;
 constexpr size_t kDataRecvSeq = kBase + 24;
 constexpr uint8_t kOpAck = 0x10, kOpProbe = 0x11, kOpSend = 0x03, kOpSendImm = 0x04;
@@ -34,6 +35,7 @@ const std::pair<Mutation, std::string_view> kNames[] = {
     {Mutation::kNakSyndromeSwapped, "nak_syndrome_swapped"},
     {Mutation::kProbePsnIgnored, "probe_psn_ignored"},
     {Mutation::kRecvSeqIgnored, "recv_seq_ignored"},
+    {Mutation::kWindowHintIgnored, "window_hint_ignored"},
 };
 
 uint64_t Get(const std::vector<std::byte>& d, size_t off, size_t n) {
@@ -159,6 +161,12 @@ size_t MutatingPort::Receive(std::span<io::RxPacket> out) {
       case Mutation::kProbePsnIgnored:
         if (op == kOpProbe) {
           Put(d, kPsn, 4, 0);
+          changed = true;
+        }
+        break;
+      case Mutation::kWindowHintIgnored:
+        if (op == kOpAck && d.size() >= kBase + 56) {
+          Put(d, kAckHint, 4, 0);
           changed = true;
         }
         break;

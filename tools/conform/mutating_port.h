@@ -36,6 +36,7 @@ enum class Mutation {
   kNakSyndromeSwapped,    // in: REM_ACCESS_NAK read as INV_REQ_NAK and back
   kProbePsnIgnored,       // in: a PROBE's psn read as 0
   kRecvSeqIgnored,        // in: every Send matched to receive 0
+  kWindowHintIgnored,     // in: an ACK's window_hint read as 0 (no hint)
 };
 
 // The token a local connection expects (its rx_token), told by mriut once a set-up completes:
