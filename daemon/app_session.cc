@@ -528,15 +528,19 @@ absl::StatusOr<Json> AppSessions::DestroyCompletionQueue(const Json& params,
 
 absl::StatusOr<Json> AppSessions::PrepareConnection(const Json& params, const ClientInfo& client) {
   if (absl::Status s = OnlyKeys(params, {}); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = SessionOf(client);
-  if (!session.ok()) return session.status();
-  const uint32_t id = engine_.AllocateConnectionId();
-  std::deque<uint32_t>& prepared = (*session)->prepared;
-  prepared.push_back(id);
-  if (prepared.size() > kMaxPreparedPerSession) prepared.pop_front();
+  uint32_t id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Session*> session = SessionOf(client);
+    if (!session.ok()) return session.status();
+    id = engine_.AllocateConnectionId();
+    std::deque<uint32_t>& prepared = (*session)->prepared;
+    prepared.push_back(id);
+    if (prepared.size() > kMaxPreparedPerSession) prepared.pop_front();
+  }
   Json r = Json::MakeObject();
   r["conn_id"] = id;
+  // Asked of the connection's worker (it waits for that thread): not under the sessions' lock.
   r["offer"] = std::min<uint64_t>(engine_.InitialOffer(id), UINT32_MAX);
   return r;
 }

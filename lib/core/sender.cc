@@ -310,8 +310,6 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
   }
   const bool hedge = queued != nullptr && queued->hedge;
   const uint16_t n = cfg_.SprayPaths();
-  // A hedge tries its own plane first: progress there is what lets the overtaken path's
-  // expiries count [R5a], and it leaves the other planes' share of the load alone.
   // Fewest bytes in flight first, ties in round-robin order: with the connection's share
   // binding rather than the paths' windows, every path has room, and first-fit in round-robin
   // order would give each the same rate, a path behind a queue too, whose packets then hold the
@@ -326,6 +324,8 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
     const uint32_t fa = paths_[pa].inflight_bytes, fb = paths_[pb].inflight_bytes;
     return fa != fb ? fa < fb : a < b;
   });
+  // A hedge tries its own plane first: progress there is what lets the overtaken path's
+  // expiries count [R5a], and it leaves the other planes' share of the load alone.
   for (int pass = hedge ? 0 : 1; pass < 2; ++pass) {
     for (uint16_t i = 0; i < n; ++i) {
       const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + order[i]) % n);
@@ -1230,8 +1230,8 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   // [R5] step 1: a path whose every outstanding PSN waits for the responder (RNR, [M5]) is not
   // silent: the expiry re-arms and does nothing else. It is not the path's latest expiry either,
   // which would set aside the progress made before it (step 2, [R5a]).
-  if (cfg_.profile.recovery == RecoveryPolicy::kSelective &&
-      TailProbePsn(now, path) == path.next_psn) {
+  const uint32_t probe = TailProbePsn(now, path);
+  if (cfg_.profile.recovery == RecoveryPolicy::kSelective && probe == path.next_psn) {
     ArmPto(now, path);
     return;
   }
@@ -1288,7 +1288,7 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
     path.gbn_last_goback = now;
   } else {
     // [R5] tail loss probe: resend the highest outstanding PSN; its ACK exposes gaps below.
-    const uint32_t probe = TailProbePsn(now, path);  // not next_psn: checked above
+    // (`probe`: not next_psn, checked above; nothing since acknowledged or paused a PSN.)
     // The expiry that reaches the failure count fails the path: no tail probe into it.
     // [R5c] ... and so does an unattributed one once the whole connection has been silent for the
     // recovery cap with nothing idle to ask, one path per cap: every
