@@ -11,7 +11,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -30,6 +32,7 @@
 #include "lib/api/stats_json.h"
 #include "lib/control/json.h"
 #include "lib/core/types.h"
+#include "lib/engine/engine.h"
 #include "tools/conform/mutating_port.h"
 
 namespace metaroce::conform {
@@ -271,9 +274,14 @@ Json HalfJson(const api::ConnectionParameters& p) {
 
 class Driver {
  public:
+  // `attach`: the options `ctx` was attached with (a second session is another protection
+  // domain); nullopt for an embedded context.
   Driver(std::unique_ptr<api::Context> ctx, std::unique_ptr<api::CompletionQueue> cq,
-         std::string setup_address)
-      : ctx_(std::move(ctx)), cq_(std::move(cq)), setup_address_(std::move(setup_address)) {}
+         std::string setup_address, std::optional<api::AttachOptions> attach)
+      : ctx_(std::move(ctx)),
+        cq_(std::move(cq)),
+        setup_address_(std::move(setup_address)),
+        attach_(std::move(attach)) {}
 
   // One request: the response object (with "ok"; "id" is added by the caller).
   Json Handle(const Json& request) {
@@ -334,6 +342,9 @@ class Driver {
       planes.Push(std::move(j));
     }
     r["setup_address"] = setup_address_;
+    Json& features = r["features"] = Json::MakeArray();
+    features.Push(Json("other_domain"));
+    if (!ctx_->is_attached()) features.Push(Json("min_timeout_ms"));
     return r;
   }
 
@@ -357,6 +368,7 @@ class Driver {
     MR_ASSIGN(rq, p.Uint("max_recv_queue", 1, 1u << 20, 64));
     MR_ASSIGN(priv, p.String("private_data", ""));
     MR_ASSIGN(timeout_ms, p.Uint("timeout_ms", 1, 600'000, 5'000));
+    MR_ASSIGN(min_timeout_ms, p.Uint("min_timeout_ms", 0, 60'000, 0));
     if (profile == "metaroce") {
       o.profile = core::TransportProfile::MetaRoce();
     } else if (profile == "gbn") {
@@ -374,6 +386,19 @@ class Driver {
     o.max_recv_queue = static_cast<uint32_t>(rq);
     o.private_data = std::move(private_data);
     o.timeout = absl::Milliseconds(timeout_ms);
+    if (min_timeout_ms > 0) {
+      // A tester slower than this host's timers: no loss by timeout before min_timeout_ms, and
+      // the connection's silence limit well beyond it (docs/spec/driver.md).
+      if (ctx_->is_attached()) {
+        return absl::UnimplementedError(
+            "min_timeout_ms: unsupported through metaroced (its path policy sets the timers)");
+      }
+      const auto floor = std::chrono::milliseconds(min_timeout_ms);
+      o.tuning.min_probe_timeout = std::max<core::Duration>(o.tuning.min_probe_timeout, floor);
+      o.tuning.initial_rtt = std::max<core::Duration>(o.tuning.initial_rtt, floor);
+      o.tuning.no_progress_timeout =
+          std::max<core::Duration>(o.tuning.no_progress_timeout, 20 * floor);
+    }
     return o;
   }
 
@@ -417,12 +442,24 @@ class Driver {
         }
       }
     }
-    absl::StatusOr<std::span<std::byte>> block = ctx_->AllocateMemory(length);
+    MR_ASSIGN(domain, p.String("domain", "own"));
+    if (domain != "own" && domain != "other") {
+      return absl::InvalidArgumentError("parameter domain: own or other");
+    }
+    api::Context* owner = ctx_.get();
+    if (domain == "other") {
+      MR_ASSIGN(other, OtherDomain());
+      owner = other;
+    }
+    absl::StatusOr<std::span<std::byte>> block = owner->AllocateMemory(length);
     if (!block.ok()) return block.status();
     std::memset(block->data(), 0, block->size());
-    absl::StatusOr<api::MemoryRegion> mr = ctx_->RegisterMemory(block->data(), length, access);
+    absl::StatusOr<api::MemoryRegion> mr =
+        domain == "own" || owner != ctx_.get()
+            ? owner->RegisterMemory(block->data(), length, access)
+            : ctx_->engine().RegisterMemory(block->data(), length, access, kOtherDomain);
     if (!mr.ok()) {
-      ctx_->FreeMemory(*block).IgnoreError();
+      owner->FreeMemory(*block).IgnoreError();
       return mr.status();
     }
     regions_[mr->lkey] = Region{*block, *mr};
@@ -431,6 +468,21 @@ class Driver {
     r["rkey"] = mr->rkey;
     r["addr"] = static_cast<uint64_t>(mr->addr);
     return r;
+  }
+
+  // Where `reg_mr` with domain "other" registers: embedded, the engine's protection domain
+  // kOtherDomain (every connection of this driver is in domain 0); attached, a second session
+  // with metaroced (each session is a domain of its own).
+  absl::StatusOr<api::Context*> OtherDomain() {
+    if (!attach_) return ctx_.get();
+    if (other_ == nullptr) {
+      api::AttachOptions a = *attach_;
+      a.name = "mriut-other-domain";
+      absl::StatusOr<std::unique_ptr<api::Context>> other = api::Context::Attach(a);
+      if (!other.ok()) return other.status();
+      other_ = *std::move(other);
+    }
+    return other_.get();
   }
 
   // The region named by `lkey` and the range [offset, offset + length) inside it.
@@ -575,9 +627,13 @@ class Driver {
     return Json::MakeObject();
   }
 
+  static constexpr uint32_t kOtherDomain = 1;
+
   std::unique_ptr<api::Context> ctx_;
   std::unique_ptr<api::CompletionQueue> cq_;
   std::string setup_address_;
+  std::optional<api::AttachOptions> attach_;
+  std::unique_ptr<api::Context> other_;  // attached: the second session (domain "other")
   std::unique_ptr<api::Listener> listener_;
   std::map<uint32_t, std::unique_ptr<api::Connection>> conns_;
   std::map<uint32_t, Region> regions_;
@@ -647,10 +703,12 @@ int Run(int argc, char** argv) {
   }
   std::unique_ptr<api::Datapath> datapath;  // --mutate: declared first, destroyed last
   absl::StatusOr<std::unique_ptr<api::Context>> ctx;
+  std::optional<api::AttachOptions> attached;
   if (o->attach) {
     api::AttachOptions a;
     a.socket_path = *o->attach;
     a.name = "mriut";
+    attached = a;
     ctx = api::Context::Attach(a);
   } else {
     api::ContextOptions c;
@@ -706,7 +764,7 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "mriut: driver: %s\n", std::string(listen.status().message()).c_str());
     return 1;
   }
-  Driver driver(*std::move(ctx), *std::move(cq), setup_address);
+  Driver driver(*std::move(ctx), *std::move(cq), setup_address, std::move(attached));
   std::printf("mriut: driver on %s:%u, set-ups on %s\n", o->driver_host.c_str(),
               listen->local_port(), setup_address.c_str());
   std::fflush(stdout);
