@@ -344,7 +344,10 @@ class Driver {
     r["setup_address"] = setup_address_;
     Json& features = r["features"] = Json::MakeArray();
     features.Push(Json("other_domain"));
-    if (!ctx_->is_attached()) features.Push(Json("min_timeout_ms"));
+    if (!ctx_->is_attached()) {
+      features.Push(Json("min_timeout_ms"));
+      features.Push(Json("rnr_retry"));
+    }
     return r;
   }
 
@@ -369,6 +372,7 @@ class Driver {
     MR_ASSIGN(priv, p.String("private_data", ""));
     MR_ASSIGN(timeout_ms, p.Uint("timeout_ms", 1, 600'000, 5'000));
     MR_ASSIGN(min_timeout_ms, p.Uint("min_timeout_ms", 0, 60'000, 0));
+    MR_ASSIGN(rnr_retry, p.Uint("rnr_retry", 0, 7, 7));
     if (profile == "metaroce") {
       o.profile = core::TransportProfile::MetaRoce();
     } else if (profile == "gbn") {
@@ -386,6 +390,13 @@ class Driver {
     o.max_recv_queue = static_cast<uint32_t>(rq);
     o.private_data = std::move(private_data);
     o.timeout = absl::Milliseconds(timeout_ms);
+    if (rnr_retry != 7) {
+      if (ctx_->is_attached()) {
+        return absl::UnimplementedError(
+            "rnr_retry: unsupported through metaroced (its path policy sets it)");
+      }
+      o.tuning.rnr_retry = static_cast<uint32_t>(rnr_retry);
+    }
     if (min_timeout_ms > 0) {
       // A tester slower than this host's timers: no loss by timeout before min_timeout_ms, and
       // the connection's silence limit well beyond it (docs/spec/driver.md).
