@@ -11,8 +11,8 @@
 namespace metaroce::api {
 namespace {
 
-// Above this L3 MTU a veth needs a frags XDP program (ENVIRONMENT.md), which needs XDP_USE_SG
-// sockets; AfXdpPort does not bind those.
+// Above this L3 MTU a veth needs a frags XDP program (ENVIRONMENT.md), and that one XDP_USE_SG
+// sockets: multi-buffer ports.
 constexpr uint32_t kMaxLinearXdpMtu = 3506;
 
 uint32_t IpUdpBytes(const io::IpAddress& a) {
@@ -106,13 +106,10 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Create(const DatapathOptions
   }
   if (options.kind != PortKind::kAfXdp) return d;
 
-  if (max_mtu > kMaxLinearXdpMtu) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "interface MTU ", max_mtu, " is above ", kMaxLinearXdpMtu,
-        ": native XDP on veth needs a frags program and XDP_USE_SG sockets, which AF_XDP ports "
-        "do not open; lower the MTU (`ip link set DEV mtu 3500`) or use kernel UDP ports"));
-  }
-  d->frame_size_ = max_mtu + io::kEthernetHeaderBytes + io::kVlanTagBytes <= 2048 ? 2048 : 4096;
+  const uint32_t max_frame = max_mtu + io::kEthernetHeaderBytes + io::kVlanTagBytes;
+  d->multi_buffer_ = max_mtu > kMaxLinearXdpMtu;
+  d->max_frame_bytes_ = max_frame;
+  d->frame_size_ = max_frame <= 2048 ? 2048 : 4096;
   absl::StatusOr<uint64_t> memlock = io::AfXdpPort::RaiseMemlockLimit();
   if (!memlock.ok()) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -124,6 +121,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Create(const DatapathOptions
     so.ifname = pi.ifname;
     so.port = options.udp_port;
     so.no_socket = io::XdpSteering::NoSocket::kPass;
+    so.frags = d->multi_buffer_;
     absl::StatusOr<std::unique_ptr<io::XdpSteering>> s = io::XdpSteering::Load(so);
     if (!s.ok()) {
       return absl::Status(s.status().code(), absl::StrCat("loading the XDP steering program on ",
@@ -141,7 +139,7 @@ uint32_t Datapath::DefaultMtu() const {
   uint32_t mtu = UINT32_MAX;
   for (const PlaneInfo& pi : planes_) {
     uint32_t m = pi.if_mtu - IpUdpBytes(pi.local_ip) - wire::kDataHeadersSize;
-    if (options_.kind == PortKind::kAfXdp) {
+    if (options_.kind == PortKind::kAfXdp && !multi_buffer_) {
       const uint32_t frame_room = frame_size_ - io::kEthernetHeaderBytes - IpUdpBytes(pi.local_ip) -
                                   wire::kDataHeadersSize;
       m = std::min(m, frame_room);
@@ -175,6 +173,8 @@ absl::StatusOr<std::unique_ptr<io::PacketPort>> Datapath::Open(const PortSpec& s
       o.ifname = pi.ifname;
       o.queue_id = spec.queue;
       o.frame_size = frame_size_;
+      o.multi_buffer = multi_buffer_;
+      o.max_frame_bytes = max_frame_bytes_;
       o.local_ip = pi.local_ip;
       o.udp_port = spec.udp_port;
       absl::StatusOr<std::unique_ptr<io::AfXdpPort>> p = io::AfXdpPort::Open(o);

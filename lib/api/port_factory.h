@@ -121,13 +121,15 @@ class Datapath {
 
   PortKind kind() const { return options_.kind; }
   const std::vector<PlaneInfo>& planes() const { return planes_; }
-  // MetaRoCE payload bytes per packet that fit every plane's MTU (and an AF_XDP frame); 4096 for
-  // memory ports.
+  // MetaRoCE payload bytes per packet that fit every plane's MTU (and, without multi-buffer, an
+  // AF_XDP frame); 4096 for memory ports.
   uint32_t DefaultMtu() const;
   // Steering counters per plane (kAfXdp; empty otherwise).
   std::vector<std::pair<std::string, io::XdpSteeringCounters>> SteeringCounters() const;
   // "xdp_steer on IF MODE prog id N" per plane (kAfXdp; empty otherwise).
   std::vector<std::string> SteeringDescriptions() const;
+  // kAfXdp: frames span UMEM frames (jumbo MTUs; AfXdpPort::Options::multi_buffer).
+  bool multi_buffer() const { return multi_buffer_; }
   // Detaches the steering programs now (also done by the destructor).
   void Detach() { steering_.clear(); }
 
@@ -137,6 +139,10 @@ class Datapath {
   std::vector<PlaneInfo> planes_;
   std::vector<std::unique_ptr<io::XdpSteering>> steering_;  // per plane (kAfXdp)
   uint32_t frame_size_ = 2048;
+  // kAfXdp above one page of MTU (veth: > 3506): the frags steering program and XDP_USE_SG
+  // ports whose frames of up to max_frame_bytes_ span UMEM frames.
+  bool multi_buffer_ = false;
+  uint32_t max_frame_bytes_ = 0;
 };
 
 }  // namespace metaroce::api

@@ -27,6 +27,14 @@ MR_PROBE_SEMAPHORE(xsk_tx_ring_full)
 MR_PROBE_SEMAPHORE(xsk_rx_dropped)
 MR_PROBE_SEMAPHORE(xsk_ring_drops)
 
+// Multi-buffer AF_XDP (Linux 6.6); Debian 12's uapi headers are 6.1's.
+#ifndef XDP_USE_SG
+#define XDP_USE_SG (1 << 4)
+#endif
+#ifndef XDP_PKT_CONTD
+#define XDP_PKT_CONTD (1 << 0)
+#endif
+
 #ifndef SO_PREFER_BUSY_POLL
 #define SO_PREFER_BUSY_POLL 69
 #endif
@@ -51,6 +59,9 @@ std::string MemlockFix() {
 }
 
 uint32_t NextPowerOfTwo(uint32_t v) { return std::bit_ceil(std::max(v, 1u)); }
+
+// The kernel chains at most MAX_SKB_FRAGS (17) + 1 buffers per packet.
+constexpr uint32_t kMaxChain = 18;
 
 }  // namespace
 
@@ -90,6 +101,15 @@ absl::Status AfXdpPort::Init() {
       o.batch_size == 0) {
     return absl::InvalidArgumentError(
         "frame_count must be >= 4, ring_size a power of two, batch_size > 0");
+  }
+  if (o.multi_buffer) {
+    if (o.max_frame_bytes < 64 || o.max_frame_bytes > 65535 + 18 ||
+        o.max_frame_bytes > o.frame_size * kMaxChain) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "multi_buffer needs max_frame_bytes in 64..65553 and at most ", kMaxChain,
+          " frames of ", o.frame_size, " bytes, not ", o.max_frame_bytes));
+    }
+    tx_scratch_.resize(o.max_frame_bytes);
   }
   absl::StatusOr<InterfaceInfo> info = ReadInterfaceInfo(o.ifname);
   if (!info.ok()) return info.status();
@@ -211,7 +231,8 @@ absl::Status AfXdpPort::CreateSocket() {
       return absl::ErrnoToStatus(-err, "xsk_umem__create");
     }
     socket_config.bind_flags = static_cast<uint16_t>(
-        modes[mode_index] | (o.need_wakeup ? XDP_USE_NEED_WAKEUP : 0));
+        modes[mode_index] | (o.need_wakeup ? XDP_USE_NEED_WAKEUP : 0) |
+        (o.multi_buffer ? XDP_USE_SG : 0));
     err = xsk_socket__create(&xsk_, o.ifname.c_str(), o.queue_id, umem_, &rings_->rx,
                              &rings_->tx, &socket_config);
     if (err == 0) {
@@ -243,6 +264,12 @@ absl::Status AfXdpPort::CreateSocket() {
       return absl::FailedPreconditionError(absl::StrCat(
           "the driver of ", o.ifname, " refuses AF_XDP zero-copy (", zero_copy_refusal_,
           "): use zero_copy auto or off (copy mode)"));
+    }
+    if (o.multi_buffer && (err == -EINVAL || err == -EOPNOTSUPP)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "AF_XDP socket on ", o.ifname, " queue ", o.queue_id, " with XDP_USE_SG: ",
+          std::strerror(-err), ": multi-buffer AF_XDP needs Linux 6.6 or later (and, in "
+          "zero-copy mode, a driver that supports it); lower the MTU to one UMEM frame"));
     }
     if (err == -ENOMEM || err == -EPERM) {
       return absl::ResourceExhaustedError(absl::StrCat("AF_XDP socket on ", o.ifname, " queue ",
@@ -303,7 +330,6 @@ bool AfXdpPort::Send(const TxPacket& packet) {
     ++stats_.tx_unroutable;
     return true;
   }
-  const uint64_t addr = free_tx_frames_.back();
   FrameAddresses a;
   a.src_mac = local_mac_;
   a.dst_mac = *next_hop;
@@ -314,6 +340,11 @@ bool AfXdpPort::Send(const TxPacket& packet) {
   a.dst_port = packet.dst_port;
   a.ect = packet.ect;
   a.ttl = options_.ttl;
+  if (options_.multi_buffer &&
+      FrameHeaderBytes(a) + packet.headers.size() + packet.payload.size() > options_.frame_size) {
+    return SendChain(a, packet);
+  }
+  const uint64_t addr = free_tx_frames_.back();
   std::span<std::byte> frame(static_cast<std::byte*>(xsk_umem__get_data(umem_area_, addr)),
                              options_.frame_size);
   absl::StatusOr<size_t> length = BuildFrame(frame, a, packet.headers, packet.payload);
@@ -334,6 +365,40 @@ bool AfXdpPort::Send(const TxPacket& packet) {
   desc->len = static_cast<uint32_t>(*length);
   desc->options = 0;
   ++tx_reserved_unsubmitted_;
+  ++stats_.tx_packets;
+  stats_.tx_bytes += packet.headers.size() + packet.payload.size();
+  return true;
+}
+
+bool AfXdpPort::SendChain(const FrameAddresses& a, const TxPacket& packet) {
+  // Built contiguous (the UDP checksum covers the whole datagram), then cut into frames.
+  absl::StatusOr<size_t> length = BuildFrame(tx_scratch_, a, packet.headers, packet.payload);
+  if (!length.ok()) {
+    ++stats_.tx_unroutable;  // beyond max_frame_bytes, or another address family
+    return true;
+  }
+  const uint32_t fs = options_.frame_size;
+  const uint32_t frames = static_cast<uint32_t>((*length + fs - 1) / fs);
+  if (free_tx_frames_.size() < frames) ReclaimCompletions();
+  uint32_t index = 0;
+  if (free_tx_frames_.size() < frames ||
+      xsk_ring_prod__reserve(&rings_->tx, frames, &index) != frames) {
+    ++stats_.tx_ring_full;
+    MR_PROBE4(xsk_tx_ring_full, ifindex_, options_.queue_id, frames, tx_in_flight_);
+    return false;
+  }
+  for (uint32_t i = 0; i < frames; ++i) {
+    const uint64_t addr = free_tx_frames_.back();
+    free_tx_frames_.pop_back();
+    const size_t at = static_cast<size_t>(i) * fs;
+    const size_t n = std::min<size_t>(fs, *length - at);
+    std::memcpy(xsk_umem__get_data(umem_area_, addr), tx_scratch_.data() + at, n);
+    xdp_desc* desc = xsk_ring_prod__tx_desc(&rings_->tx, index + i);
+    desc->addr = addr;
+    desc->len = static_cast<uint32_t>(n);
+    desc->options = i + 1 < frames ? XDP_PKT_CONTD : 0;
+  }
+  tx_reserved_unsubmitted_ += frames;
   ++stats_.tx_packets;
   stats_.tx_bytes += packet.headers.size() + packet.payload.size();
   return true;
@@ -382,8 +447,8 @@ size_t AfXdpPort::Receive(std::span<RxPacket> out) {
     probe_baseline_ = false;
   }
   if (!fill_backlog_.empty()) RefillFillRing();
-  const uint32_t want =
-      static_cast<uint32_t>(std::min<size_t>(out.size(), options_.batch_size));
+  uint32_t want = static_cast<uint32_t>(std::min<size_t>(out.size(), options_.batch_size));
+  if (options_.multi_buffer) want = std::max(want, kMaxChain);  // a whole chain fits a peek
   uint32_t index = 0;
   const uint32_t got = xsk_ring_cons__peek(&rings_->rx, want, &index);
   if (got == 0) {
@@ -396,9 +461,28 @@ size_t AfXdpPort::Receive(std::span<RxPacket> out) {
   const FrameFilter filter{.port = options_.udp_port,
                            .verify_udp_checksum = options_.verify_udp_checksum};
   size_t accepted = 0;
+  uint32_t consumed = 0;
   ParsedFrame parsed;
-  for (uint32_t i = 0; i < got; ++i) {
-    const xdp_desc* desc = xsk_ring_cons__rx_desc(&rings_->rx, index + i);
+  while (consumed < got && accepted < out.size()) {
+    const xdp_desc* desc = xsk_ring_cons__rx_desc(&rings_->rx, index + consumed);
+    if (desc->options & XDP_PKT_CONTD) {
+      // A chain (multi-buffer): its descriptors up to the one without XDP_PKT_CONTD.
+      const xdp_desc* chain[kMaxChain];
+      uint32_t n = 0;
+      bool complete = false;
+      while (consumed + n < got && n < kMaxChain) {
+        chain[n] = xsk_ring_cons__rx_desc(&rings_->rx, index + consumed + n);
+        if (!(chain[n++]->options & XDP_PKT_CONTD)) {
+          complete = true;
+          break;
+        }
+      }
+      if (!complete && n < kMaxChain) break;  // its end is not in the ring yet: next time
+      consumed += n;  // a chain longer than the kernel makes is dropped by ReceiveChain
+      if (ReceiveChain(std::span<const xdp_desc* const>(chain, n), &out[accepted])) ++accepted;
+      continue;
+    }
+    ++consumed;
     const uint64_t addr = xsk_umem__add_offset_to_addr(desc->addr);
     const uint64_t frame_base = addr - addr % options_.frame_size;
     std::span<const std::byte> frame(
@@ -419,13 +503,67 @@ size_t AfXdpPort::Receive(std::span<RxPacket> out) {
     ++stats_.rx_packets;
     stats_.rx_bytes += parsed.payload.size();
   }
-  xsk_ring_cons__release(&rings_->rx, got);
+  if (consumed < got) xsk_ring_cons__cancel(&rings_->rx, got - consumed);
+  if (consumed > 0) xsk_ring_cons__release(&rings_->rx, consumed);
   if (!fill_backlog_.empty()) RefillFillRing();
   return accepted;
 }
 
+bool AfXdpPort::ReceiveChain(std::span<const xdp_desc* const> chain, RxPacket* out) {
+  // Every frame of the chain goes back to the fill ring at once: the packet is copied out.
+  uint32_t slot = 0;
+  if (free_assembled_.empty()) {
+    slot = static_cast<uint32_t>(assembled_.size());
+    assembled_.push_back(std::make_unique<std::byte[]>(options_.max_frame_bytes));
+  } else {
+    slot = free_assembled_.back();
+    free_assembled_.pop_back();
+  }
+  std::byte* buffer = assembled_[slot].get();
+  size_t length = 0;
+  bool fits = !(chain.back()->options & XDP_PKT_CONTD);  // else longer than the kernel makes
+  for (const xdp_desc* d : chain) {
+    const uint64_t addr = xsk_umem__add_offset_to_addr(d->addr);
+    if (fits && length + d->len <= options_.max_frame_bytes) {
+      std::memcpy(buffer + length, xsk_umem__get_data(umem_area_, addr), d->len);
+      length += d->len;
+    } else {
+      fits = false;
+    }
+    fill_backlog_.push_back(addr - addr % options_.frame_size);
+  }
+  ParsedFrame parsed;
+  const FrameFilter filter{.port = options_.udp_port,
+                           .verify_udp_checksum = options_.verify_udp_checksum};
+  const FrameVerdict v =
+      fits ? ParseFrame(std::span<const std::byte>(buffer, length), filter, &parsed)
+           : FrameVerdict::kTruncated;
+  if (v != FrameVerdict::kOk) {
+    MR_PROBE4(xsk_rx_dropped, ifindex_, options_.queue_id, static_cast<uint32_t>(length),
+              static_cast<uint8_t>(v));
+    ++stats_.rx_dropped;
+    free_assembled_.push_back(slot);
+    return false;
+  }
+  out->payload = parsed.payload;
+  out->src = parsed.src_ip;
+  out->src_port = parsed.src_port;
+  out->dst_port = parsed.dst_port;
+  out->ce = parsed.ce();
+  out->cookie = kAssembledCookie | slot;
+  ++stats_.rx_packets;
+  stats_.rx_bytes += parsed.payload.size();
+  return true;
+}
+
 void AfXdpPort::Release(std::span<const RxPacket> packets) {
-  for (const RxPacket& p : packets) fill_backlog_.push_back(p.cookie);
+  for (const RxPacket& p : packets) {
+    if (p.cookie & kAssembledCookie) {
+      free_assembled_.push_back(static_cast<uint32_t>(p.cookie & ~kAssembledCookie));
+    } else {
+      fill_backlog_.push_back(p.cookie);
+    }
+  }
   RefillFillRing();
 }
 
@@ -476,6 +614,7 @@ std::string AfXdpPort::description() const {
   if (umem_huge_pages_) absl::StrAppend(&d, " hugepages");
   if (options_.huge_pages && !umem_huge_pages_) absl::StrAppend(&d, " (no hugepages available)");
   absl::StrAppend(&d, " frame ", options_.frame_size);
+  if (options_.multi_buffer) absl::StrAppend(&d, " multi-buffer ", options_.max_frame_bytes);
   return d;
 }
 

@@ -10,6 +10,13 @@
 // and available). Half the frames cycle through the fill and RX rings (a received frame is lent
 // to the caller until Release()); the other half through the TX and completion rings.
 //
+// Multi-buffer (Options::multi_buffer): frames larger than a UMEM frame (jumbo MTUs) span
+// several frames, bound with XDP_USE_SG (kernel >= 6.6) and chained with XDP_PKT_CONTD on both
+// rings. A received chain is copied once into a contiguous buffer of the port's (the engine
+// parses and places from one span); a frame to send is built contiguous and copied into as many
+// UMEM frames as it needs. The interface's XDP program must be the frags one
+// (XdpSteering::Options::frags). Single-frame packets go as without it, copy-free on receive.
+//
 // Modes: zero-copy needs driver support (veth has none: EOPNOTSUPP); kAuto tries it and falls
 // back to copy mode. zero_copy() says which one is in use (to code: tools report it from there);
 // description() says it to people, with the driver's refusal. In copy mode the kernel
@@ -40,6 +47,7 @@
 
 struct xsk_umem;
 struct xsk_socket;
+struct xdp_desc;
 
 namespace metaroce::io {
 
@@ -59,6 +67,9 @@ class AfXdpPort final : public PacketPort {
     std::string ifname;
     uint32_t queue_id = 0;
     uint32_t frame_size = 2048;   // bytes per UMEM frame: 2048 or 4096 (a power of two)
+    // XDP_USE_SG: frames up to max_frame_bytes (Ethernet header to the end) span UMEM frames.
+    bool multi_buffer = false;
+    uint32_t max_frame_bytes = 0;  // multi_buffer: the largest frame sent or received (<= 65535)
     uint32_t frame_count = 4096;  // UMEM frames, half for receive and half for transmit
     uint32_t ring_size = 2048;    // RX and TX descriptor rings (power of two)
     uint32_t batch_size = 64;     // most descriptors handled per Receive() call
@@ -111,6 +122,7 @@ class AfXdpPort final : public PacketPort {
   uint32_t queue_id() const { return options_.queue_id; }
   uint32_t ifindex() const { return ifindex_; }
   bool zero_copy() const { return zero_copy_; }  // bound with XDP_ZEROCOPY (else XDP_COPY)
+  bool multi_buffer() const { return options_.multi_buffer; }  // bound with XDP_USE_SG
   const IpAddress& local_ip() const { return local_ip_; }
   const MacAddress& local_mac() const { return local_mac_; }
 
@@ -149,6 +161,15 @@ class AfXdpPort final : public PacketPort {
   // libxdp ring handles (struct xsk_ring_prod / xsk_ring_cons), kept opaque to this header.
   struct Rings;
   std::unique_ptr<Rings> rings_;
+
+  // Multi-buffer receive: a chain of descriptors copied into one of these buffers; the
+  // RxPacket's cookie is kAssembledCookie | its index until Release().
+  static constexpr uint64_t kAssembledCookie = uint64_t{1} << 63;
+  bool ReceiveChain(std::span<const struct xdp_desc* const> chain, RxPacket* out);
+  std::vector<std::unique_ptr<std::byte[]>> assembled_;
+  std::vector<uint32_t> free_assembled_;
+  std::vector<std::byte> tx_scratch_;  // multi-buffer send: the frame built contiguous first
+  bool SendChain(const FrameAddresses& a, const TxPacket& packet);
 
   std::vector<uint64_t> free_tx_frames_;   // UMEM addresses of frames ready for Send()
   std::vector<uint64_t> fill_backlog_;     // received frames returned, not yet in the fill ring

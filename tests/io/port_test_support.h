@@ -18,12 +18,14 @@
 
 namespace metaroce::io::testing {
 
-// A payload of 24..(24 + 1375) bytes whose bytes all derive from `seq`; byte 0 is 1 (MetaRoCE
-// version 1, which the steering program requires), bytes 4..7 carry seq (little-endian).
-inline std::vector<std::byte> TestPayload(uint32_t seq) {
-  const size_t size = 24 + (seq * 7919u) % 1376u;
+// A payload of 24..(24 + spread - 1) bytes whose bytes all derive from `seq`; byte 0 is 1
+// (MetaRoCE version 1, which the steering program requires), bytes 2..3 carry `spread` and bytes
+// 4..7 seq (little-endian).
+inline std::vector<std::byte> TestPayload(uint32_t seq, uint16_t spread = 1376) {
+  const size_t size = 24 + (seq * 7919u) % spread;
   std::vector<std::byte> p(size);
   p[0] = std::byte{1};
+  std::memcpy(p.data() + 2, &spread, 2);
   std::memcpy(p.data() + 4, &seq, 4);
   for (size_t i = 8; i < size; ++i) p[i] = static_cast<std::byte>((seq * 131u + i * 17u) & 0xFF);
   return p;
@@ -33,8 +35,11 @@ inline std::vector<std::byte> TestPayload(uint32_t seq) {
 inline int64_t CheckTestPayload(std::span<const std::byte> payload) {
   if (payload.size() < 8) return -1;
   uint32_t seq;
+  uint16_t spread;
+  std::memcpy(&spread, payload.data() + 2, 2);
   std::memcpy(&seq, payload.data() + 4, 4);
-  const std::vector<std::byte> expected = TestPayload(seq);
+  if (spread == 0) return -1;
+  const std::vector<std::byte> expected = TestPayload(seq, spread);
   if (expected.size() != payload.size() ||
       std::memcmp(expected.data(), payload.data(), payload.size()) != 0) {
     return -1;
@@ -103,6 +108,7 @@ struct ExchangeOptions {
     return static_cast<uint16_t>(49152 + seq % 8);
   };
   std::function<bool(uint32_t seq)> ect = [](uint32_t) { return true; };
+  uint16_t payload_spread = 1376;  // payloads of 24..24 + spread - 1 bytes (TestPayload)
   uint32_t window = 256;  // most packets in flight (sent, not yet received): no overrun losses
   std::chrono::seconds timeout{20};
   // Called on the receiver's thread once its port is open (e.g. to send extra traffic).
@@ -186,7 +192,7 @@ inline ExchangeResult RunExchange(const VethNamespacePair& pair, int sender_side
     r.sender_description = port.description();
     first_send = std::chrono::steady_clock::now();
     uint32_t seq = 0;
-    std::vector<std::byte> payload = TestPayload(0);
+    std::vector<std::byte> payload = TestPayload(0, o.payload_spread);
     RxPacket ignored[32];
     while (seq < o.count && !done && Before(deadline)) {
       if (seq - received.load() >= o.window) {
@@ -195,7 +201,7 @@ inline ExchangeResult RunExchange(const VethNamespacePair& pair, int sender_side
         std::this_thread::yield();
         continue;
       }
-      payload = TestPayload(seq);
+      payload = TestPayload(seq, o.payload_spread);
       TxPacket tx;
       tx.dst = o.dst;
       tx.dst_port = o.dst_port;
