@@ -192,7 +192,7 @@ api::ContextOptions ContextOptionsFrom(const Config& config, const PullRate& pul
     if (p < d.local_ips.size()) plane.local_ip = d.local_ips[p];
     o.planes.push_back(plane);
   }
-  o.port_kind = d.port_kind == PortKindSetting::kUdp ? api::PortKind::kUdpUring
+  o.port_kind = d.port_kind == PortKindSetting::kUdp ? api::PortKind::kUdp
                                                       : api::PortKind::kAfXdp;
   o.workers = d.workers;
   o.cpus = d.cpus;

@@ -6,7 +6,7 @@
 #include "lib/io/af_xdp_port.h"
 #include "lib/io/frame.h"
 #include "lib/io/interface_info.h"
-#include "lib/io/udp_uring_port.h"
+#include "lib/io/udp_port.h"
 
 namespace metaroce::api {
 namespace {
@@ -159,12 +159,12 @@ absl::StatusOr<std::unique_ptr<io::PacketPort>> Datapath::Open(const PortSpec& s
     case PortKind::kMemory:
       return options_.memory_broker->Open(options_.memory_side, spec.worker, spec.plane,
                                           pi.local_ip);
-    case PortKind::kUdpUring: {
-      io::UdpUringPort::Options o;
+    case PortKind::kUdp: {
+      io::UdpPort::Options o;
       o.local_ip = pi.local_ip;
       o.udp_port = spec.udp_port;
       o.buffer_bytes = std::max<uint32_t>(4096, spec.mtu + wire::kMaxHeadersSize + 64);
-      absl::StatusOr<std::unique_ptr<io::UdpUringPort>> p = io::UdpUringPort::Open(o);
+      absl::StatusOr<std::unique_ptr<io::UdpPort>> p = io::UdpPort::Open(o);
       if (!p.ok()) return p.status();
       return std::unique_ptr<io::PacketPort>(*std::move(p));
     }

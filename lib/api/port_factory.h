@@ -6,7 +6,7 @@
 //              Datapath goes); one AfXdpPort per (worker, plane) on queue first_queue + worker,
 //              registered in that interface's XSKMAP. RLIMIT_MEMLOCK is raised before the first
 //              UMEM.
-//   kUdpUring  one UdpUringPort per (worker, plane) bound to the plane's address (kernel UDP
+//   kUdp  one UdpPort per (worker, plane) bound to the plane's address (kernel UDP
 //              through io_uring: no privileges; one worker, since every port binds udp_port).
 //   kMemory    MemoryPort pairs shared by two Datapaths of this process (side 0 and side 1 of one
 //              MemoryPairBroker): the in-process loopback of tests and benchmarks.
@@ -41,7 +41,7 @@ namespace metaroce::api {
 
 enum class PortKind : uint8_t {
   kAfXdp,     // kernel bypass (lib/io/af_xdp_port.h)
-  kUdpUring,  // kernel UDP through io_uring (lib/io/udp_uring_port.h)
+  kUdp,  // kernel UDP through io_uring (lib/io/udp_port.h)
   kMemory,    // in-process (lib/io/memory_port.h): tests and benchmarks
 };
 
@@ -80,7 +80,7 @@ class MemoryPairBroker {
 
 struct DatapathOptions {
   PortKind kind = PortKind::kAfXdp;
-  // One per plane. kAfXdp/kUdpUring: ifname required, local_ip optional (see PlaneOptions).
+  // One per plane. kAfXdp/kUdp: ifname required, local_ip optional (see PlaneOptions).
   // kMemory: ifname unused; local_ip optional (default 198.19.250+plane.1+side, never routed).
   std::vector<PlaneOptions> planes;
   uint16_t udp_port = wire::kDefaultUdpPort;  // what the steering program redirects

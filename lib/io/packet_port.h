@@ -3,8 +3,8 @@
 // (Ethernet/IP/UDP where it builds frames itself), and on receive hands back the UDP payload with
 // the addressing and ECN bits the core needs.
 //
-// Implementations: AfXdpPort (kernel bypass, lib/io/af_xdp_port.h), UdpUringPort (kernel UDP
-// through io_uring, lib/io/udp_uring_port.h), MemoryPort (in-process, tests and benchmarks).
+// Implementations: AfXdpPort (kernel bypass, lib/io/af_xdp_port.h), UdpPort (kernel UDP
+// through io_uring, lib/io/udp_port.h), MemoryPort (in-process, tests and benchmarks).
 //
 // Threading: a port is owned by one worker thread and used from it only.
 // Ownership: received payloads point into the port's buffers and stay valid until Release().

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "lib/io/interface_info.h"
-#include "lib/io/udp_uring_port.h"
+#include "lib/io/udp_port.h"
 #include "lib/io/xdp_steering.h"
 #include "tests/io/netns_fixture.h"
 #include "tests/io/port_test_support.h"
@@ -27,8 +27,8 @@ using ::testing::HasSubstr;
 
 PortFactory UdpPortAt(std::string ip, uint32_t buffer_bytes = 4096) {
   return [ip, buffer_bytes]() -> absl::StatusOr<OpenedPort> {
-    absl::StatusOr<std::unique_ptr<UdpUringPort>> port =
-        UdpUringPort::Open({.local_ip = *IpAddress::Parse(ip), .buffer_bytes = buffer_bytes});
+    absl::StatusOr<std::unique_ptr<UdpPort>> port =
+        UdpPort::Open({.local_ip = *IpAddress::Parse(ip), .buffer_bytes = buffer_bytes});
     if (!port.ok()) return port.status();
     return OpenedPort{std::move(*port), nullptr};
   };

@@ -67,7 +67,7 @@ struct Options {
   std::string driver_host;
   uint16_t driver_port = 0;
   std::vector<api::PlaneOptions> planes;
-  api::PortKind port_kind = api::PortKind::kUdpUring;
+  api::PortKind port_kind = api::PortKind::kUdp;
   uint16_t udp_port = wire::kDefaultUdpPort;
   uint32_t mtu = 0;  // Context::Create: the interfaces' largest
   std::optional<std::string> attach;
@@ -118,7 +118,7 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
       auto v = value();
       if (!v.ok()) return v.status();
       if (*v == "udp") {
-        o.port_kind = api::PortKind::kUdpUring;
+        o.port_kind = api::PortKind::kUdp;
       } else if (*v == "af_xdp") {
         o.port_kind = api::PortKind::kAfXdp;
       } else {

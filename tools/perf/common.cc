@@ -153,7 +153,7 @@ api::DatapathOptions DatapathOptionsFor(const PerfOptions& o,
   api::DatapathOptions d;
   switch (o.port_kind) {
     case PortKindFlag::kXdp: d.kind = api::PortKind::kAfXdp; break;
-    case PortKindFlag::kUdp: d.kind = api::PortKind::kUdpUring; break;
+    case PortKindFlag::kUdp: d.kind = api::PortKind::kUdp; break;
     case PortKindFlag::kMemory: d.kind = api::PortKind::kMemory; break;
   }
   for (int p = 0; p < o.planes; ++p) {

@@ -118,7 +118,7 @@ datapath flags:
       --planes P               planes (default: one per interface; memory ports: 1)
       --paths N                logical paths per connection (8; gbn 1)
       --transport metaroce|gbn|reorder
-      --port-kind xdp|udp|memory   AF_XDP, kernel UDP through io_uring, in-process pair
+      --port-kind xdp|udp|memory   AF_XDP, kernel UDP (sendmmsg/recvmmsg), in-process pair
       --workers N              engine worker threads (AF_XDP queue = worker index); 0: no
                                engine thread, the app thread drives the engine (inline;
                                default of the stack tests; raw/udp: 1)

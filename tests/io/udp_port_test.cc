@@ -1,7 +1,7 @@
-// lib/io/udp_uring_port between two network namespaces joined by a veth pair (suite
+// lib/io/udp_port between two network namespaces joined by a veth pair (suite
 // 'privileged'): 10k packets each way with byte-for-byte checks, CE read from the IP header,
-// ACK-shaped replies to the paths' source ports, the sendmmsg fallback, IPv6, socket eviction.
-#include "lib/io/udp_uring_port.h"
+// ACK-shaped replies to the paths' source ports, the io_uring mode, IPv6, socket eviction.
+#include "lib/io/udp_port.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,17 +19,17 @@ using ::metaroce::io::testing::PortFactory;
 using ::metaroce::io::testing::RunExchange;
 using ::metaroce::io::testing::VethNamespacePair;
 
-PortFactory UdpPortAt(std::string ip, UdpUringPort::Options base = {}) {
+PortFactory UdpPortAt(std::string ip, UdpPort::Options base = {}) {
   return [ip, base]() -> absl::StatusOr<OpenedPort> {
-    UdpUringPort::Options o = base;
+    UdpPort::Options o = base;
     o.local_ip = *IpAddress::Parse(ip);
-    absl::StatusOr<std::unique_ptr<UdpUringPort>> port = UdpUringPort::Open(o);
+    absl::StatusOr<std::unique_ptr<UdpPort>> port = UdpPort::Open(o);
     if (!port.ok()) return port.status();
     return OpenedPort{std::move(*port), nullptr};
   };
 }
 
-class UdpUringPortTest : public ::testing::Test {
+class UdpPortTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<VethNamespacePair>> pair = VethNamespacePair::Create();
@@ -49,7 +49,7 @@ void ExpectClean(const ExchangeResult& r, uint32_t count) {
   EXPECT_EQ(r.sender_stats.tx_unroutable, 0u);
 }
 
-TEST_F(UdpUringPortTest, TenThousandPacketsEachWayWithCe) {
+TEST_F(UdpPortTest, TenThousandPacketsEachWayWithCe) {
   for (int sender : {0, 1}) {
     const int receiver = 1 - sender;
     ExchangeOptions o;
@@ -66,23 +66,23 @@ TEST_F(UdpUringPortTest, TenThousandPacketsEachWayWithCe) {
                     UdpPortAt(VethNamespacePair::ipv4(receiver)), o);
     ExpectClean(r, o.count);
     EXPECT_EQ(r.ce, 50u) << "exactly the CE-marked datagrams read as CE, ECT/Not-ECT ones not";
-    EXPECT_THAT(r.sender_description, ::testing::HasSubstr("udp io_uring"));
-    std::printf("udp io_uring %d -> %d: %lu packets in %.3f s (%.0f pps, window %u)\n", sender,
+    EXPECT_THAT(r.sender_description, ::testing::HasSubstr("udp sendmmsg/recvmmsg"));
+    std::printf("udp sendmmsg/recvmmsg %d -> %d: %lu packets in %.3f s (%.0f pps, window %u)\n", sender,
                 receiver, static_cast<unsigned long>(r.received), r.seconds,
                 r.received / r.seconds, o.window);
   }
 }
 
-TEST_F(UdpUringPortTest, AckShapedRepliesComeBackFromThePathsPortsToTheMetaRocePort) {
+TEST_F(UdpPortTest, AckShapedRepliesComeBackFromThePathsPortsToTheMetaRocePort) {
   // Data goes 0 -> 1 from source ports 49152..49159 to 4792; ACKs come back to 4792 carrying
   // each path's port as their source (every MetaRoCE datagram is addressed to the MetaRoCE
   // port), so the responder sends them from its own per-source-port sockets.
   pair_->RunIn(0, [&] {
-    auto a = UdpUringPort::Open({.local_ip = *IpAddress::Parse("198.18.0.1")});
+    auto a = UdpPort::Open({.local_ip = *IpAddress::Parse("198.18.0.1")});
     ASSERT_TRUE(a.ok()) << a.status();
-    std::unique_ptr<UdpUringPort> b;
+    std::unique_ptr<UdpPort> b;
     pair_->RunIn(1, [&] {
-      auto opened = UdpUringPort::Open({.local_ip = *IpAddress::Parse("198.18.0.2")});
+      auto opened = UdpPort::Open({.local_ip = *IpAddress::Parse("198.18.0.2")});
       ASSERT_TRUE(opened.ok()) << opened.status();
       b = std::move(*opened);
     });
@@ -134,20 +134,20 @@ TEST_F(UdpUringPortTest, AckShapedRepliesComeBackFromThePathsPortsToTheMetaRoceP
   });
 }
 
-TEST_F(UdpUringPortTest, SendmmsgFallbackCarriesTheSameBytes) {
+TEST_F(UdpPortTest, IoUringCarriesTheSameBytes) {
   ExchangeOptions o;
   o.count = 3000;
   o.dst = *IpAddress::Parse("198.18.0.2");
-  UdpUringPort::Options fallback;
-  fallback.force_fallback = true;
-  const ExchangeResult r = RunExchange(*pair_, 0, UdpPortAt("198.18.0.1", fallback), 1,
-                                       UdpPortAt("198.18.0.2", fallback), o);
+  UdpPort::Options uring;
+  uring.io_uring = true;
+  const ExchangeResult r = RunExchange(*pair_, 0, UdpPortAt("198.18.0.1", uring), 1,
+                                       UdpPortAt("198.18.0.2", uring), o);
   ExpectClean(r, o.count);
-  EXPECT_THAT(r.sender_description, ::testing::HasSubstr("sendmmsg/recvmmsg"));
-  EXPECT_THAT(r.receiver_description, ::testing::HasSubstr("forced"));
+  EXPECT_THAT(r.sender_description, ::testing::HasSubstr("udp io_uring"));
+  EXPECT_THAT(r.receiver_description, ::testing::HasSubstr("udp io_uring"));
 }
 
-TEST_F(UdpUringPortTest, Ipv6) {
+TEST_F(UdpPortTest, Ipv6) {
   // Resolve the neighbour first: the kernel queues only a few datagrams while ND runs.
   ASSERT_EQ(pair_->Ping(0, "fd00::2"), absl::OkStatus());
   ExchangeOptions o;
@@ -158,26 +158,26 @@ TEST_F(UdpUringPortTest, Ipv6) {
   ExpectClean(r, o.count);
 }
 
-TEST_F(UdpUringPortTest, EvictsLeastRecentlyUsedSourcePortSockets) {
+TEST_F(UdpPortTest, EvictsLeastRecentlyUsedSourcePortSockets) {
   ExchangeOptions o;
   o.count = 2000;
   o.dst = *IpAddress::Parse("198.18.0.2");
   o.src_port = [](uint32_t seq) { return static_cast<uint16_t>(50000 + seq % 13); };
-  UdpUringPort::Options small;
+  UdpPort::Options small;
   small.max_source_ports = 4;
   const ExchangeResult r =
       RunExchange(*pair_, 0, UdpPortAt("198.18.0.1", small), 1, UdpPortAt("198.18.0.2"), o);
   ExpectClean(r, o.count);
 }
 
-TEST_F(UdpUringPortTest, BindErrorsNameTheFix) {
+TEST_F(UdpPortTest, BindErrorsNameTheFix) {
   pair_->RunIn(0, [] {
-    auto port = UdpUringPort::Open({.local_ip = *IpAddress::Parse("198.18.0.2")});
+    auto port = UdpPort::Open({.local_ip = *IpAddress::Parse("198.18.0.2")});
     ASSERT_FALSE(port.ok());
     EXPECT_THAT(port.status().message(), ::testing::HasSubstr("no interface of this network"));
-    auto first = UdpUringPort::Open({.local_ip = *IpAddress::Parse("198.18.0.1")});
+    auto first = UdpPort::Open({.local_ip = *IpAddress::Parse("198.18.0.1")});
     ASSERT_TRUE(first.ok());
-    auto second = UdpUringPort::Open({.local_ip = *IpAddress::Parse("198.18.0.1")});
+    auto second = UdpPort::Open({.local_ip = *IpAddress::Parse("198.18.0.1")});
     ASSERT_FALSE(second.ok()) << "two ports must not share (and split) one UDP port";
     EXPECT_THAT(second.status().message(), ::testing::HasSubstr("another socket owns"));
   });

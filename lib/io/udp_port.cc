@@ -1,4 +1,4 @@
-#include "lib/io/udp_uring_port.h"
+#include "lib/io/udp_port.h"
 
 #include <arpa/inet.h>
 #include <liburing.h>
@@ -17,7 +17,7 @@
 
 namespace metaroce::io {
 
-struct UdpUringPort::Socket {
+struct UdpPort::Socket {
   int fd = -1;
   uint16_t port = 0;
   uint64_t last_used = 0;
@@ -25,7 +25,7 @@ struct UdpUringPort::Socket {
   bool closing = false;
 };
 
-struct UdpUringPort::Slot {
+struct UdpPort::Slot {
   uint32_t index = 0;
   bool posted = false;  // a RECVMSG is in the kernel for it
   uint32_t length = 0;
@@ -98,9 +98,9 @@ bool CongestionExperienced(const msghdr& msg) {
 
 }  // namespace
 
-UdpUringPort::UdpUringPort(Options options) : options_(std::move(options)) {}
+UdpPort::UdpPort(Options options) : options_(std::move(options)) {}
 
-UdpUringPort::~UdpUringPort() {
+UdpPort::~UdpPort() {
   if (ring_) io_uring_queue_exit(ring_.get());  // cancels and waits for every request
   for (auto& [port, socket] : sockets_) close(socket->fd);
   for (auto& socket : closing_sockets_) close(socket->fd);
@@ -108,13 +108,13 @@ UdpUringPort::~UdpUringPort() {
   if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
-absl::StatusOr<std::unique_ptr<UdpUringPort>> UdpUringPort::Open(Options options) {
-  std::unique_ptr<UdpUringPort> port(new UdpUringPort(std::move(options)));
+absl::StatusOr<std::unique_ptr<UdpPort>> UdpPort::Open(Options options) {
+  std::unique_ptr<UdpPort> port(new UdpPort(std::move(options)));
   if (absl::Status s = port->Init(); !s.ok()) return s;
   return port;
 }
 
-absl::Status UdpUringPort::Init() {
+absl::Status UdpPort::Init() {
   const Options& o = options_;
   if (o.udp_port == 0 || o.receive_slots == 0 || o.send_slots == 0 || o.buffer_bytes < 64 ||
       o.ring_entries == 0 || o.max_source_ports == 0) {
@@ -122,7 +122,7 @@ absl::Status UdpUringPort::Init() {
         "udp_port, receive_slots, send_slots, ring_entries, max_source_ports must be > 0 and "
         "buffer_bytes >= 64");
   }
-  if (!o.force_fallback) {
+  if (o.io_uring) {
     auto ring = std::make_unique<io_uring>();
     io_uring_params params{};
     params.flags = IORING_SETUP_CQSIZE;
@@ -143,8 +143,6 @@ absl::Status UdpUringPort::Init() {
     } else {
       fallback_reason_ = absl::StrCat("io_uring unavailable: ", std::strerror(-err));
     }
-  } else {
-    fallback_reason_ = "forced";
   }
   if (!ring_) {
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -168,7 +166,7 @@ absl::Status UdpUringPort::Init() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<UdpUringPort::Socket*> UdpUringPort::OpenSocket(uint16_t port) {
+absl::StatusOr<UdpPort::Socket*> UdpPort::OpenSocket(uint16_t port) {
   const IpAddress& local = options_.local_ip;
   const int family = local.v6 ? AF_INET6 : AF_INET;
   // Blocking sockets on purpose: io_uring returns EAGAIN instead of waiting on O_NONBLOCK files;
@@ -236,7 +234,7 @@ absl::StatusOr<UdpUringPort::Socket*> UdpUringPort::OpenSocket(uint16_t port) {
   return raw;
 }
 
-UdpUringPort::Socket* UdpUringPort::SocketFor(uint16_t src_port) {
+UdpPort::Socket* UdpPort::SocketFor(uint16_t src_port) {
   auto it = sockets_.find(src_port);
   if (it != sockets_.end()) {
     it->second->last_used = ++use_clock_;
@@ -247,7 +245,7 @@ UdpUringPort::Socket* UdpUringPort::SocketFor(uint16_t src_port) {
   return socket.ok() ? *socket : nullptr;
 }
 
-void UdpUringPort::EvictLeastRecentlyUsed() {
+void UdpPort::EvictLeastRecentlyUsed() {
   auto victim = sockets_.end();
   for (auto it = sockets_.begin(); it != sockets_.end(); ++it) {
     if (it->second.get() == port_socket_) continue;
@@ -278,7 +276,7 @@ void UdpUringPort::EvictLeastRecentlyUsed() {
   closing_sockets_.push_back(std::move(socket));
 }
 
-void UdpUringPort::DropSocketReference(Socket* socket) {
+void UdpPort::DropSocketReference(Socket* socket) {
   if (socket == nullptr) return;
   --socket->references;
   if (!socket->closing || socket->references > 0) return;
@@ -286,7 +284,7 @@ void UdpUringPort::DropSocketReference(Socket* socket) {
   std::erase_if(closing_sockets_, [socket](const auto& s) { return s.get() == socket; });
 }
 
-UdpUringPort::Slot* UdpUringPort::TakeReceiveSlot(Socket* owner) {
+UdpPort::Slot* UdpPort::TakeReceiveSlot(Socket* owner) {
   Slot* slot;
   if (!free_rx_slots_.empty()) {
     slot = rx_slots_[free_rx_slots_.back()].get();
@@ -303,7 +301,7 @@ UdpUringPort::Slot* UdpUringPort::TakeReceiveSlot(Socket* owner) {
   return slot;
 }
 
-void UdpUringPort::PrepareMessage(Slot* slot, bool for_send) {
+void UdpPort::PrepareMessage(Slot* slot, bool for_send) {
   slot->iov.iov_base = slot->data.get();
   slot->iov.iov_len = for_send ? slot->length : options_.buffer_bytes;
   slot->msg = msghdr{};
@@ -315,7 +313,7 @@ void UdpUringPort::PrepareMessage(Slot* slot, bool for_send) {
   slot->msg.msg_controllen = sizeof slot->control;
 }
 
-io_uring_sqe* UdpUringPort::NextSqe() {
+io_uring_sqe* UdpPort::NextSqe() {
   io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
   if (sqe == nullptr) {
     io_uring_submit(ring_.get());
@@ -326,7 +324,7 @@ io_uring_sqe* UdpUringPort::NextSqe() {
   return sqe;
 }
 
-void UdpUringPort::PostReceive(Slot* slot) {
+void UdpPort::PostReceive(Slot* slot) {
   PrepareMessage(slot, false);
   io_uring_sqe* sqe = NextSqe();
   io_uring_prep_recvmsg(sqe, slot->owner->fd, &slot->msg, 0);
@@ -334,7 +332,7 @@ void UdpUringPort::PostReceive(Slot* slot) {
   slot->posted = true;
 }
 
-void UdpUringPort::ReturnReceiveSlot(Slot* slot) {
+void UdpPort::ReturnReceiveSlot(Slot* slot) {
   if (ring_ && slot->owner != nullptr && !slot->owner->closing) {
     PostReceive(slot);
     return;
@@ -344,7 +342,7 @@ void UdpUringPort::ReturnReceiveSlot(Slot* slot) {
   free_rx_slots_.push_back(slot->index);
 }
 
-void UdpUringPort::ReapCompletions() {
+void UdpPort::ReapCompletions() {
   io_uring_cqe* cqe;
   unsigned head;
   unsigned seen = 0;
@@ -373,7 +371,7 @@ void UdpUringPort::ReapCompletions() {
   io_uring_cq_advance(ring_.get(), seen);
 }
 
-bool UdpUringPort::Send(const TxPacket& packet) {
+bool UdpPort::Send(const TxPacket& packet) {
   const size_t size = packet.headers.size() + packet.payload.size();
   if (packet.dst.v6 != options_.local_ip.v6 || size > options_.buffer_bytes) {
     ++stats_.tx_unroutable;
@@ -426,7 +424,7 @@ bool UdpUringPort::Send(const TxPacket& packet) {
   return true;
 }
 
-void UdpUringPort::Flush() {
+void UdpPort::Flush() {
   if (!ring_) {
     FlushFallback();
     return;
@@ -438,7 +436,13 @@ void UdpUringPort::Flush() {
   ReapCompletions();
 }
 
-void UdpUringPort::FlushFallback() {
+void UdpPort::FlushFallback() {
+  // One sendmmsg per source socket: the paths take turns, so in posting order hardly two
+  // consecutive datagrams share a socket (one system call per datagram). Stable: a path's
+  // datagrams keep their order.
+  std::stable_sort(queued_tx_slots_.begin(), queued_tx_slots_.end(), [this](uint32_t a, uint32_t b) {
+    return tx_slots_[a]->owner < tx_slots_[b]->owner;
+  });
   mmsghdr batch[kMaxBatch];
   size_t i = 0;
   while (i < queued_tx_slots_.size()) {
@@ -473,7 +477,7 @@ void UdpUringPort::FlushFallback() {
   queued_tx_slots_.clear();
 }
 
-void UdpUringPort::ReceiveFallback() {
+void UdpPort::ReceiveFallback() {
   epoll_event events[kMaxBatch];
   const int ready = epoll_wait(epoll_fd_, events, kMaxBatch, 0);
   for (int e = 0; e < ready; ++e) {
@@ -504,7 +508,7 @@ void UdpUringPort::ReceiveFallback() {
   }
 }
 
-size_t UdpUringPort::Receive(std::span<RxPacket> out) {
+size_t UdpPort::Receive(std::span<RxPacket> out) {
   auto collect = [&] {
     if (ring_) {
       ReapCompletions();
@@ -539,7 +543,7 @@ size_t UdpUringPort::Receive(std::span<RxPacket> out) {
   return n;
 }
 
-void UdpUringPort::Release(std::span<const RxPacket> packets) {
+void UdpPort::Release(std::span<const RxPacket> packets) {
   for (const RxPacket& p : packets) {
     if (p.cookie < rx_slots_.size()) ReturnReceiveSlot(rx_slots_[p.cookie].get());
   }
@@ -549,12 +553,13 @@ void UdpUringPort::Release(std::span<const RxPacket> packets) {
   }
 }
 
-std::string UdpUringPort::description() const {
+std::string UdpPort::description() const {
   std::string where = options_.local_ip.v6
                           ? absl::StrCat("[", options_.local_ip.ToString(), "]:", options_.udp_port)
                           : absl::StrCat(options_.local_ip.ToString(), ":", options_.udp_port);
   if (ring_) return absl::StrCat("udp io_uring ", where);
-  return absl::StrCat("udp sendmmsg/recvmmsg ", where, " (", fallback_reason_, ")");
+  return absl::StrCat("udp sendmmsg/recvmmsg ", where,
+                      fallback_reason_.empty() ? "" : absl::StrCat(" (", fallback_reason_, ")"));
 }
 
 }  // namespace metaroce::io

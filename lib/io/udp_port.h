@@ -1,5 +1,4 @@
-// UdpUringPort: a PacketPort on kernel UDP sockets, driven through io_uring (liburing 2.3 API:
-// IORING_OP_SENDMSG / IORING_OP_RECVMSG, no provided-buffer rings).
+// UdpPort: a PacketPort on kernel UDP sockets, for hosts where AF_XDP is not available.
 //
 // Same wire bytes as AfXdpPort: the UDP payload is the MetaRoCE packet. Sockets:
 //   - the port socket, bound to local_ip:udp_port, receives data (and sends ACKs, whose source
@@ -8,13 +7,21 @@
 //     local_ip:src_port (SO_REUSEADDR, so a just-evicted port can be bound again at once) and
 //     created on the first Send() from that port, because a kernel UDP
 //     socket cannot choose its source port per datagram. ACKs come back to those ports, so each
-//     of these sockets has receives posted too. At most max_source_ports are kept; the least
-//     recently used one is closed when a new one is needed.
+//     of these sockets receives too. At most max_source_ports are kept; the least recently used
+//     one is closed when a new one is needed.
 // ECN: IP_TOS / IPV6_TCLASS per datagram (ECT(0) or Not-ECT) on send; IP_RECVTOS /
 // IPV6_RECVTCLASS on receive give the CE bit.
 //
-// When io_uring cannot be set up (seccomp, kernel.io_uring_disabled, old kernel) the port falls
-// back to sendmmsg/recvmmsg with an epoll set, and description() says so.
+// Two ways to drive the sockets (Options::io_uring):
+//   - batched system calls (the default): Flush() sends what Send() queued with one sendmmsg per
+//     source socket, Receive() takes what an epoll set reports ready with recvmmsg;
+//   - io_uring (liburing 2.3 API: IORING_OP_SENDMSG / IORING_OP_RECVMSG posted ahead, no
+//     provided-buffer rings). Measured on the namespace fabric (docs/performance.md) it moved
+//     0.35-0.4 of the batched calls' bandwidth: every arriving datagram wakes the receives armed
+//     on its socket and completes through task work, and spinning on an empty ring costs an
+//     eventfd read. Kept as an option for kernels and hosts where that differs; when io_uring
+//     cannot be set up (seccomp, kernel.io_uring_disabled) the port uses the batched calls and
+//     description() says why.
 //
 // Threading: one owner thread (the PacketPort contract). Open() must run in the network namespace
 // of the address (the calling thread's).
@@ -36,27 +43,28 @@ struct io_uring_sqe;
 
 namespace metaroce::io {
 
-class UdpUringPort final : public PacketPort {
+class UdpPort final : public PacketPort {
  public:
   struct Options {
     IpAddress local_ip;        // this plane's address (IPv4 or IPv6); all sockets bind to it
     uint16_t udp_port = 4792;  // MetaRoCE's port, host order
-    uint32_t receive_slots = 256;                 // receives kept posted on the port socket
-    uint32_t receive_slots_per_source_port = 8;   // ... and on each source-port socket
     uint32_t send_slots = 256;   // datagrams queued or in flight before Send() says "full"
     uint32_t buffer_bytes = 4096;  // largest datagram; larger ones are dropped (rx_dropped)
     uint32_t max_source_ports = 1024;
-    uint32_t ring_entries = 1024;  // io_uring submission queue entries
-    bool force_fallback = false;   // use sendmmsg/recvmmsg even when io_uring works (tests)
+    bool io_uring = false;  // drive the sockets through io_uring instead of batched calls
+    // io_uring only:
+    uint32_t receive_slots = 256;                 // receives kept posted on the port socket
+    uint32_t receive_slots_per_source_port = 8;   // ... and on each source-port socket
+    uint32_t ring_entries = 1024;  // submission queue entries
   };
 
   // Errors: the bind of the port socket (EADDRINUSE: another socket owns the port, including a
-  // second UdpUringPort: the port socket has no SO_REUSEADDR; EADDRNOTAVAIL: the address is not on an interface of this namespace), buffer allocation.
-  static absl::StatusOr<std::unique_ptr<UdpUringPort>> Open(Options options);
+  // second UdpPort: the port socket has no SO_REUSEADDR; EADDRNOTAVAIL: the address is not on an interface of this namespace), buffer allocation.
+  static absl::StatusOr<std::unique_ptr<UdpPort>> Open(Options options);
 
-  ~UdpUringPort() override;
-  UdpUringPort(const UdpUringPort&) = delete;
-  UdpUringPort& operator=(const UdpUringPort&) = delete;
+  ~UdpPort() override;
+  UdpPort(const UdpPort&) = delete;
+  UdpPort& operator=(const UdpPort&) = delete;
 
   bool Send(const TxPacket& packet) override;
   void Flush() override;
@@ -75,7 +83,7 @@ class UdpUringPort final : public PacketPort {
   struct Socket;
   struct Slot;
 
-  explicit UdpUringPort(Options options);
+  explicit UdpPort(Options options);
   absl::Status Init();
   absl::StatusOr<Socket*> OpenSocket(uint16_t port);
   Socket* SocketFor(uint16_t src_port);
@@ -91,9 +99,9 @@ class UdpUringPort final : public PacketPort {
   ::io_uring_sqe* NextSqe();
 
   Options options_;
-  std::unique_ptr<io_uring> ring_;  // null: fallback mode
-  std::string fallback_reason_;
-  int wait_fd_ = -1;  // eventfd (io_uring) or epoll fd (fallback)
+  std::unique_ptr<io_uring> ring_;  // null: batched system calls
+  std::string fallback_reason_;     // why io_uring was asked for and not used
+  int wait_fd_ = -1;  // eventfd (io_uring) or epoll fd (batched calls)
   int epoll_fd_ = -1;
 
   absl::flat_hash_map<uint16_t, std::unique_ptr<Socket>> sockets_;
@@ -106,7 +114,7 @@ class UdpUringPort final : public PacketPort {
   std::deque<uint32_t> ready_rx_slots_;          // completed receives not yet returned
   std::vector<std::unique_ptr<Slot>> tx_slots_;
   std::vector<uint32_t> free_tx_slots_;
-  std::vector<uint32_t> queued_tx_slots_;        // fallback: waiting for Flush()
+  std::vector<uint32_t> queued_tx_slots_;        // batched calls: waiting for Flush()
   uint32_t unsubmitted_ = 0;                     // io_uring: SQEs prepared, not submitted
 
   PortStats stats_;
