@@ -316,19 +316,21 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
   // share the longest. Fewest in flight gives each path a rate inverse to its delay (Little's
   // law), so the load moves off queued routes (a permutation of 1,024 hosts: 0.547 -> 0.573 of
   // its ideal; see congestion.md §3).
-  std::array<uint16_t, 256> order;
-  for (uint16_t i = 0; i < n; ++i) order[i] = i;
-  std::sort(order.begin(), order.begin() + n, [&](uint16_t a, uint16_t b) {
-    const uint16_t pa = static_cast<uint16_t>((rr_cursor_ + a) % n);
-    const uint16_t pb = static_cast<uint16_t>((rr_cursor_ + b) % n);
-    const uint32_t fa = paths_[pa].inflight_bytes, fb = paths_[pb].inflight_bytes;
-    return fa != fb ? fa < fb : a < b;
-  });
+  // One integer key per path, (bytes in flight, rank in round-robin order from the cursor),
+  // sorted by insertion: a handful of paths, per packet.
+  std::array<uint64_t, 256> order;
+  for (uint16_t a = 0, idx = rr_cursor_ % n; a < n; ++a, idx = idx + 1 == n ? 0 : idx + 1) {
+    const uint64_t key = uint64_t{paths_[idx].inflight_bytes} << 16 | a;
+    uint16_t j = a;
+    for (; j > 0 && order[j - 1] > key; --j) order[j] = order[j - 1];
+    order[j] = key;
+  }
   // A hedge tries its own plane first: progress there is what lets the overtaken path's
   // expiries count [R5a], and it leaves the other planes' share of the load alone.
   for (int pass = hedge ? 0 : 1; pass < 2; ++pass) {
     for (uint16_t i = 0; i < n; ++i) {
-      const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + order[i]) % n);
+      const uint16_t rank = static_cast<uint16_t>(order[i] & 0xFFFF);
+      const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + rank) % n);
       SenderPath& p = paths_[idx];
       if (!open(p)) continue;
       if (hedge && (p.id == queued->from_path ||
@@ -691,7 +693,8 @@ bool Sender::LossQueryAllowed(const SenderPath& path) const {
 bool Sender::TailProbeAllowed(const SenderPath& path) const {
   return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
          path.tail_probes < kMaxTailProbes && !path.overtaken && path.outstanding() > 0 &&
-         !MoreToSend() && (path.state == PathState::kActive || path.state == PathState::kSuspect);
+         (path.state == PathState::kActive || path.state == PathState::kSuspect) &&
+         !MoreToSend();  // last: the costliest test
 }
 
 void Sender::ArmTailProbeAt(SenderPath& path, Instant due) {

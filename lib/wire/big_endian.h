@@ -10,6 +10,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace metaroce::wire {
 
@@ -38,12 +39,25 @@ class BigEndian {
     b.SetHost(host);
     return b;
   }
+  // At run time one load (store) and a byte swap: the loops, unrolled, cost a shift and an or
+  // per byte, ~15 fields per packet on every parse and serialize (docs/performance.md).
   constexpr T value() const {
-    T raw = 0;
-    for (unsigned i = 0; i < sizeof(T); ++i) raw = static_cast<T>((raw << 8) | bytes_[i]);
+    if (std::is_constant_evaluated()) {
+      T raw = 0;
+      for (unsigned i = 0; i < sizeof(T); ++i) raw = static_cast<T>((raw << 8) | bytes_[i]);
+      return raw;
+    }
+    T raw;
+    std::memcpy(&raw, bytes_, sizeof raw);
+    if constexpr (std::endian::native == std::endian::little) raw = detail::ByteSwapIfLittle(raw);
     return raw;
   }
   constexpr void SetHost(T host) {
+    if (!std::is_constant_evaluated()) {
+      const T raw = detail::ByteSwapIfLittle(host);
+      std::memcpy(bytes_, &raw, sizeof raw);
+      return;
+    }
     for (unsigned i = 0; i < sizeof(T); ++i) {
       bytes_[sizeof(T) - 1 - i] = static_cast<uint8_t>(host & 0xff);
       host = static_cast<T>(host >> 8);

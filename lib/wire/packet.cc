@@ -1,5 +1,6 @@
 #include "lib/wire/packet.h"
 
+#include <bit>
 #include <cstring>
 
 namespace metaroce::wire {
@@ -63,13 +64,23 @@ uint32_t SackBitmap::HighestPlusOne() const {
   return 0;
 }
 
+// Bit k is bit k % 8 of byte k / 8 (wire-format.md §8): on a little-endian host the words'
+// memory is the wire layout.
 void SackBitmap::ToWire(uint8_t out[32]) const {
-  for (uint32_t i = 0; i < 32; ++i) out[i] = static_cast<uint8_t>(words_[i / 8] >> (8 * (i % 8)));
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(out, words_.data(), 32);
+  } else {
+    for (uint32_t i = 0; i < 32; ++i) out[i] = static_cast<uint8_t>(words_[i / 8] >> (8 * (i % 8)));
+  }
 }
 
 SackBitmap SackBitmap::FromWire(const uint8_t in[32]) {
   SackBitmap b;
-  for (uint32_t i = 0; i < 32; ++i) b.words_[i / 8] |= uint64_t{in[i]} << (8 * (i % 8));
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(b.words_.data(), in, 32);
+  } else {
+    for (uint32_t i = 0; i < 32; ++i) b.words_[i / 8] |= uint64_t{in[i]} << (8 * (i % 8));
+  }
   return b;
 }
 
@@ -94,23 +105,18 @@ bool KnownOpcode(uint8_t op) {
   return false;
 }
 
-ParseResult Fail(ParseError e) {
-  ParseResult r;
-  r.error = e;
-  return r;
-}
-
 }  // namespace
 
-ParseResult Parse(std::span<const std::byte> datagram) {
-  if (datagram.size() < sizeof(BaseHeader)) return Fail(ParseError::kTruncated);
+namespace {
+
+// Decodes into `p` (zero-initialized by the caller); kNone or why the datagram is refused.
+ParseError Decode(std::span<const std::byte> datagram, Packet& p) {
+  if (datagram.size() < sizeof(BaseHeader)) return ParseError::kTruncated;
   BaseHeader base;
   std::memcpy(&base, datagram.data(), sizeof base);
-  if (base.version != kVersion) return Fail(ParseError::kBadVersion);
-  if (!KnownOpcode(base.opcode)) return Fail(ParseError::kBadOpcode);
+  if (base.version != kVersion) return ParseError::kBadVersion;
+  if (!KnownOpcode(base.opcode)) return ParseError::kBadOpcode;
 
-  ParseResult r;
-  Packet& p = r.packet;
   p.version = base.version;
   p.opcode = static_cast<Opcode>(base.opcode);
   p.flags = base.flags.value();
@@ -120,9 +126,9 @@ ParseResult Parse(std::span<const std::byte> datagram) {
   p.token = base.token.value();
   const size_t payload_len = base.payload_len.value();
   const size_t headers = HeadersSize(p.opcode);
-  if (datagram.size() < headers) return Fail(ParseError::kTruncated);
-  if (datagram.size() - headers != payload_len) return Fail(ParseError::kLengthMismatch);
-  if (!IsData(p.opcode) && payload_len != 0) return Fail(ParseError::kLengthMismatch);
+  if (datagram.size() < headers) return ParseError::kTruncated;
+  if (datagram.size() - headers != payload_len) return ParseError::kLengthMismatch;
+  if (!IsData(p.opcode) && payload_len != 0) return ParseError::kLengthMismatch;
 
   if (IsData(p.opcode)) {
     DataHeader d;
@@ -134,13 +140,13 @@ ParseResult Parse(std::span<const std::byte> datagram) {
     p.data.remote_addr = d.remote_addr.value();
     p.data.recv_seq = d.recv_seq.value();
     p.data.imm = d.imm.value();
-    if (uint64_t{p.data.offset} + payload_len > p.data.msg_len) return Fail(ParseError::kBadRange);
+    if (uint64_t{p.data.offset} + payload_len > p.data.msg_len) return ParseError::kBadRange;
     p.payload = datagram.subspan(headers, payload_len);
   } else if (p.opcode == Opcode::kAck) {
     AckHeader a;
     std::memcpy(&a, datagram.data() + sizeof(BaseHeader), sizeof a);
     if (a.syndrome > static_cast<uint8_t>(Syndrome::kRemoteOperationalNak)) {
-      return Fail(ParseError::kBadSyndrome);
+      return ParseError::kBadSyndrome;
     }
     p.ack.cum_psn = a.cum_psn.value();
     p.ack.ack_psn = a.ack_psn.value();
@@ -152,6 +158,17 @@ ParseResult Parse(std::span<const std::byte> datagram) {
     p.ack.msg_seq = a.msg_seq.value();
     p.ack.sack = SackBitmap::FromWire(a.sack);
   }
+  return ParseError::kNone;
+}
+
+}  // namespace
+
+// One named result returned on one path: built in the caller's object (returning a second
+// object cost a zeroing and a copy of the whole Packet per datagram).
+ParseResult Parse(std::span<const std::byte> datagram) {
+  ParseResult r;
+  r.error = Decode(datagram, r.packet);
+  if (r.error != ParseError::kNone) r.packet = Packet{};
   return r;
 }
 
