@@ -109,7 +109,6 @@ absl::Status AfXdpPort::Init() {
           "multi_buffer needs max_frame_bytes in 64..65553 and at most ", kMaxChain,
           " frames of ", o.frame_size, " bytes, not ", o.max_frame_bytes));
     }
-    tx_scratch_.resize(o.max_frame_bytes);
   }
   absl::StatusOr<InterfaceInfo> info = ReadInterfaceInfo(o.ifname);
   if (!info.ok()) return info.status();
@@ -371,14 +370,16 @@ bool AfXdpPort::Send(const TxPacket& packet) {
 }
 
 bool AfXdpPort::SendChain(const FrameAddresses& a, const TxPacket& packet) {
-  // Built contiguous (the UDP checksum covers the whole datagram), then cut into frames.
-  absl::StatusOr<size_t> length = BuildFrame(tx_scratch_, a, packet.headers, packet.payload);
-  if (!length.ok()) {
-    ++stats_.tx_unroutable;  // beyond max_frame_bytes, or another address family
+  // The headers go into the first frame, the payload straight from the caller's buffer into the
+  // frames after them: one copy, and one more pass over the payload for the UDP checksum.
+  const uint32_t fs = options_.frame_size;
+  const size_t head = FrameHeaderBytes(a) + packet.headers.size();
+  const size_t length = head + packet.payload.size();
+  if (head > fs || length > options_.max_frame_bytes || a.src_ip.v6 != a.dst_ip.v6) {
+    ++stats_.tx_unroutable;  // beyond max_frame_bytes, or another family: never sendable as is
     return true;
   }
-  const uint32_t fs = options_.frame_size;
-  const uint32_t frames = static_cast<uint32_t>((*length + fs - 1) / fs);
+  const uint32_t frames = static_cast<uint32_t>((length + fs - 1) / fs);
   if (free_tx_frames_.size() < frames) ReclaimCompletions();
   uint32_t index = 0;
   if (free_tx_frames_.size() < frames ||
@@ -387,15 +388,24 @@ bool AfXdpPort::SendChain(const FrameAddresses& a, const TxPacket& packet) {
     MR_PROBE4(xsk_tx_ring_full, ifindex_, options_.queue_id, frames, tx_in_flight_);
     return false;
   }
+  const uint64_t first = free_tx_frames_.back();
+  auto* frame0 = static_cast<std::byte*>(xsk_umem__get_data(umem_area_, first));
+  absl::StatusOr<size_t> written =
+      BuildFrameHead(std::span<std::byte>(frame0, fs), a, packet.headers, packet.payload.size(),
+                     InternetSum(packet.payload));
+  (void)written;  // its errors (family, sizes) were ruled out above
+  size_t from = 0;  // payload bytes copied
   for (uint32_t i = 0; i < frames; ++i) {
     const uint64_t addr = free_tx_frames_.back();
     free_tx_frames_.pop_back();
-    const size_t at = static_cast<size_t>(i) * fs;
-    const size_t n = std::min<size_t>(fs, *length - at);
-    std::memcpy(xsk_umem__get_data(umem_area_, addr), tx_scratch_.data() + at, n);
+    auto* data = static_cast<std::byte*>(xsk_umem__get_data(umem_area_, addr));
+    const size_t at = i == 0 ? head : 0;
+    const size_t n = std::min<size_t>(fs - at, packet.payload.size() - from);
+    std::memcpy(data + at, packet.payload.data() + from, n);
+    from += n;
     xdp_desc* desc = xsk_ring_prod__tx_desc(&rings_->tx, index + i);
     desc->addr = addr;
-    desc->len = static_cast<uint32_t>(n);
+    desc->len = static_cast<uint32_t>(at + n);
     desc->options = i + 1 < frames ? XDP_PKT_CONTD : 0;
   }
   tx_reserved_unsubmitted_ += frames;

@@ -13,8 +13,8 @@
 // Multi-buffer (Options::multi_buffer): frames larger than a UMEM frame (jumbo MTUs) span
 // several frames, bound with XDP_USE_SG (kernel >= 6.6) and chained with XDP_PKT_CONTD on both
 // rings. A received chain is copied once into a contiguous buffer of the port's (the engine
-// parses and places from one span); a frame to send is built contiguous and copied into as many
-// UMEM frames as it needs. The interface's XDP program must be the frags one
+// parses and places from one span); a frame to send gets its headers in its first UMEM frame and
+// its payload copied straight after them, across as many frames as it needs. The interface's XDP program must be the frags one
 // (XdpSteering::Options::frags). Single-frame packets go as without it, copy-free on receive.
 //
 // Modes: zero-copy needs driver support (veth has none: EOPNOTSUPP); kAuto tries it and falls
@@ -168,7 +168,6 @@ class AfXdpPort final : public PacketPort {
   bool ReceiveChain(std::span<const struct xdp_desc* const> chain, RxPacket* out);
   std::vector<std::unique_ptr<std::byte[]>> assembled_;
   std::vector<uint32_t> free_assembled_;
-  std::vector<std::byte> tx_scratch_;  // multi-buffer send: the frame built contiguous first
   bool SendChain(const FrameAddresses& a, const TxPacket& packet);
 
   std::vector<uint64_t> free_tx_frames_;   // UMEM addresses of frames ready for Send()

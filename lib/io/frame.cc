@@ -102,6 +102,10 @@ size_t FrameHeaderBytes(const FrameAddresses& a) {
          (a.dst_ip.v6 ? kIpv6HeaderBytes : kIpv4HeaderBytes) + kUdpHeaderBytes;
 }
 
+uint16_t InternetSum(std::span<const std::byte> data) {
+  return static_cast<uint16_t>(~InternetChecksum(data, 0));
+}
+
 absl::StatusOr<size_t> BuildFrame(std::span<std::byte> out, const FrameAddresses& a,
                                   std::span<const std::byte> headers,
                                   std::span<const std::byte> payload) {
@@ -109,17 +113,38 @@ absl::StatusOr<size_t> BuildFrame(std::span<std::byte> out, const FrameAddresses
     return absl::InvalidArgumentError("frame source and destination IP families differ: " +
                                       a.src_ip.ToString() + " -> " + a.dst_ip.ToString());
   }
+  const size_t head = FrameHeaderBytes(a) + headers.size();
+  if (head + payload.size() > out.size()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "frame of %d bytes does not fit a %d-byte buffer (raise the frame size)",
+        head + payload.size(), out.size()));
+  }
+  if (!payload.empty()) std::memcpy(out.data() + head, payload.data(), payload.size());
+  absl::StatusOr<size_t> written = BuildFrameHead(
+      out.first(head), a, headers, payload.size(),
+      InternetSum(std::span<const std::byte>(out.data() + head, payload.size())));
+  if (!written.ok()) return written.status();
+  return head + payload.size();
+}
+
+absl::StatusOr<size_t> BuildFrameHead(std::span<std::byte> out, const FrameAddresses& a,
+                                      std::span<const std::byte> headers, size_t payload_len,
+                                      uint16_t payload_sum) {
+  if (a.src_ip.v6 != a.dst_ip.v6) {
+    return absl::InvalidArgumentError("frame source and destination IP families differ: " +
+                                      a.src_ip.ToString() + " -> " + a.dst_ip.ToString());
+  }
   const size_t header_bytes = FrameHeaderBytes(a);
-  const size_t udp_payload = headers.size() + payload.size();
+  const size_t udp_payload = headers.size() + payload_len;
   const size_t udp_length = kUdpHeaderBytes + udp_payload;
-  const size_t total = header_bytes + udp_payload;
+  const size_t total = header_bytes + headers.size();
   if (udp_length > 0xFFFF - (a.dst_ip.v6 ? 0 : kIpv4HeaderBytes)) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("UDP datagram of %d bytes exceeds what IP carries", udp_length));
   }
   if (total > out.size()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "frame of %d bytes does not fit a %d-byte buffer (raise the frame size)", total,
+        "frame headers of %d bytes do not fit a %d-byte buffer (raise the frame size)", total,
         out.size()));
   }
 
@@ -172,9 +197,12 @@ absl::StatusOr<size_t> BuildFrame(std::span<std::byte> out, const FrameAddresses
   Put16(udp + 4, static_cast<uint16_t>(udp_length));
   Put16(udp + 6, 0);
   if (!headers.empty()) std::memcpy(udp + 8, headers.data(), headers.size());
-  if (!payload.empty()) std::memcpy(udp + 8 + headers.size(), payload.data(), payload.size());
-  uint16_t csum = InternetChecksum(out.subspan(udp_at, udp_length),
-                                   PseudoHeaderSum(a.src_ip, a.dst_ip, udp_length));
+  // The payload's sum joins at its offset in the datagram: at an odd one its bytes pair the
+  // other way round, which swaps the bytes of its one's complement sum (RFC 1071 2(B)).
+  const uint32_t payload_part =
+      headers.size() % 2 == 0 ? payload_sum : __builtin_bswap16(payload_sum);
+  uint16_t csum = InternetChecksum(out.subspan(udp_at, kUdpHeaderBytes + headers.size()),
+                                   PseudoHeaderSum(a.src_ip, a.dst_ip, udp_length) + payload_part);
   if (csum == 0) csum = 0xFFFF;  // 0 means "no checksum" (RFC 768)
   Put16(udp + 6, csum);
   return total;

@@ -66,6 +66,18 @@ absl::StatusOr<size_t> BuildFrame(std::span<std::byte> out, const FrameAddresses
                                   std::span<const std::byte> headers,
                                   std::span<const std::byte> payload);
 
+// BuildFrame without the payload: the headers and `headers` into `out` (FrameHeaderBytes +
+// headers.size() bytes), lengths and checksums for a datagram whose payload of `payload_len`
+// bytes, with InternetSum `payload_sum`, the caller puts after them (in this buffer or in the
+// next ones of a multi-buffer frame). Returns the bytes written. Errors as BuildFrame's.
+absl::StatusOr<size_t> BuildFrameHead(std::span<std::byte> out, const FrameAddresses& addresses,
+                                      std::span<const std::byte> headers, size_t payload_len,
+                                      uint16_t payload_sum);
+
+// The one's complement sum of `data` (RFC 1071), folded, not complemented, host order: what
+// BuildFrameHead takes for a payload.
+uint16_t InternetSum(std::span<const std::byte> data);
+
 // Why a frame was not accepted. Every value but kOk means "drop it (or give it to the kernel)".
 enum class FrameVerdict : uint8_t {
   kOk,

@@ -166,6 +166,34 @@ TEST(BuildFrame_Ipv6, WritesMandatoryChecksumAndTrafficClass) {
   EXPECT_EQ(udp_checksum, ReferenceUdpChecksum(a.src_ip, a.dst_ip, frame, 54, 8 + 524));
 }
 
+// A multi-buffer sender writes the head and puts the payload elsewhere: the same bytes as
+// BuildFrame, checksum included, whether the payload starts at an even or an odd offset.
+TEST(BuildFrameHead, MatchesBuildFrameWithThePayloadAfterIt) {
+  for (bool v6 : {false, true}) {
+    for (size_t header_len : {size_t{56}, size_t{7}}) {
+      const FrameAddresses a = v6 ? V6Addresses() : V4Addresses();
+      std::vector<std::byte> headers(header_len), payload(1001);
+      for (size_t i = 0; i < headers.size(); ++i) headers[i] = std::byte(0x30 + i);
+      for (size_t i = 0; i < payload.size(); ++i) payload[i] = std::byte((i * 37 + 11) & 0xFF);
+      std::vector<std::byte> whole(2048), split(2048);
+      absl::StatusOr<size_t> n = BuildFrame(whole, a, headers, payload);
+      ASSERT_TRUE(n.ok()) << n.status();
+      absl::StatusOr<size_t> head =
+          BuildFrameHead(split, a, headers, payload.size(), InternetSum(payload));
+      ASSERT_TRUE(head.ok()) << head.status();
+      EXPECT_EQ(*head, FrameHeaderBytes(a) + header_len);
+      std::memcpy(split.data() + *head, payload.data(), payload.size());
+      EXPECT_TRUE(std::equal(whole.begin(), whole.begin() + *n, split.begin()))
+          << (v6 ? "IPv6" : "IPv4") << ", headers of " << header_len << " bytes";
+      const size_t udp_at = FrameHeaderBytes(a) - 8;
+      const size_t udp_length = 8 + header_len + payload.size();
+      EXPECT_EQ(At(split, udp_at + 6) << 8 | At(split, udp_at + 7),
+                ReferenceUdpChecksum(a.src_ip, a.dst_ip, split, udp_at, udp_length))
+          << (v6 ? "IPv6" : "IPv4") << ", headers of " << header_len << " bytes";
+    }
+  }
+}
+
 TEST(BuildFrame, RefusesTooSmallBufferAndMixedFamilies) {
   FrameAddresses a = V4Addresses();
   const auto payload = Pattern(100, 0);
