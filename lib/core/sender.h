@@ -13,6 +13,7 @@
 #include "lib/core/config.h"
 #include "lib/core/path_congestion.h"
 #include "lib/core/path_state.h"
+#include "lib/core/ring_queue.h"
 #include "lib/core/rtt_estimator.h"
 #include "lib/core/sent_ring.h"
 #include "lib/core/sequence.h"
@@ -294,7 +295,7 @@ class Sender {
   Connection& conn_;
   const ConnectionConfig& cfg_;
   std::vector<SenderPath> paths_;
-  std::deque<OutboundMessage> messages_;  // msg_seq base_seq_ .. base_seq_+size-1
+  RingQueue<OutboundMessage> messages_;  // msg_seq base_seq_ .. base_seq_+size-1
   uint32_t base_seq_ = 0;                 // msg_seq of messages_.front()
   uint32_t next_msg_seq_ = 0;
   uint32_t next_recv_seq_ = 0;
