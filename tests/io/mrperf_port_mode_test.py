@@ -6,7 +6,9 @@ with a description that says "copy-mode (zero-copy refused: ...)". mrperf's JSON
 then be false: it is asked of the ports (AfXdpPort::zero_copy()), and a description that
 mentions zero-copy must not make it true. Runs write_bw (the stack, embedded engine) and raw_bw
 (the raw AF_XDP baseline) for one second each on a namespace fabric (tools/fabric/mrfabric), and
-write_bw over kernel UDP ports (zero_copy false, no AF_XDP port at all).
+write_bw over kernel UDP ports (zero_copy false, no AF_XDP port at all). Then the fabric at MTU
+9000: write_bw --verify over AF_XDP ports (multi-buffer) and over kernel UDP ports, the payload
+per packet taken from the link MTU, every message verified.
 
 usage: mrperf_port_mode_test.py MRPERF MRFABRIC     exit 0 pass, 1 fail, 77 skip (not root)
 """
@@ -96,6 +98,28 @@ def main():
                 f.check(config.get("zero_copy") is False,
                         "%s, %s: zero_copy is false (got %r)" %
                         (label, side, config.get("zero_copy")))
+        # Jumbo frames: the same fabric at MTU 9000; AF_XDP ports are multi-buffer and every
+        # port kind carries verified data at the payload the link MTU gives.
+        fabric.down()
+        fabric.up("--mtu", "9000")
+        for label, flags, af_xdp in [
+                ("write_bw --verify, MTU 9000, AF_XDP ports", ["--verify"], True),
+                ("write_bw --verify, MTU 9000, kernel UDP ports",
+                 ["--verify", "--port-kind", "udp"], False)]:
+            doc = run_pair(mrperf, fabric.ns, "write_bw", flags)
+            config, result = doc.get("config", {}), (doc.get("results") or [{}])[0]
+            descriptions = config.get("port_descriptions", [])
+            if af_xdp:
+                f.check(bool(descriptions) and all("multi-buffer" in d for d in descriptions),
+                        "%s: every port multi-buffer (%s)" % (label, descriptions[:1]))
+            f.check(config.get("mtu", 0) > 8000,
+                    "%s: payload per packet from the link MTU (got %r)" % (label,
+                                                                         config.get("mtu")))
+            f.check(result.get("iterations", 0) > 0 and result.get("data_errors") == 0 and
+                    result.get("failed_ops") == 0,
+                    "%s: messages completed, verified, none failed (%r)" %
+                    (label, {k: result.get(k) for k in ("iterations", "data_errors",
+                                                         "failed_ops", "verified")}))
     except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt) as e:
         f.append("aborted: %s" % e)
         print("aborted: %s" % e)
