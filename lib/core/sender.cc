@@ -329,8 +329,8 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
   // expiries count [R5a], and it leaves the other planes' share of the load alone.
   for (int pass = hedge ? 0 : 1; pass < 2; ++pass) {
     for (uint16_t i = 0; i < n; ++i) {
-      const uint16_t rank = static_cast<uint16_t>(order[i] & 0xFFFF);
-      const uint16_t idx = static_cast<uint16_t>((rr_cursor_ + rank) % n);
+      const uint32_t at = rr_cursor_ % n + (order[i] & 0xFFFF);  // no division per path
+      const uint16_t idx = static_cast<uint16_t>(at >= n ? at - n : at);
       SenderPath& p = paths_[idx];
       if (!open(p)) continue;
       if (hedge && (p.id == queued->from_path ||
@@ -370,7 +370,7 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
         }
         p.pace_due = now + interval;
       }
-      rr_cursor_ = static_cast<uint16_t>((idx + 1) % n);
+      rr_cursor_ = static_cast<uint16_t>(idx + 1 == n ? 0 : idx + 1);
       return &p;
     }
   }
