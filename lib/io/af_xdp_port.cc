@@ -109,6 +109,11 @@ absl::Status AfXdpPort::Init() {
           "multi_buffer needs max_frame_bytes in 64..65553 and at most ", kMaxChain,
           " frames of ", o.frame_size, " bytes, not ", o.max_frame_bytes));
     }
+    if (o.frame_count - o.frame_count / 2 < (o.max_frame_bytes + o.frame_size - 1) / o.frame_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "frame_count ", o.frame_count, ": half of it transmits, fewer frames than one ",
+          o.max_frame_bytes, "-byte frame needs"));
+    }
   }
   absl::StatusOr<InterfaceInfo> info = ReadInterfaceInfo(o.ifname);
   if (!info.ok()) return info.status();
@@ -375,25 +380,32 @@ bool AfXdpPort::SendChain(const FrameAddresses& a, const TxPacket& packet) {
   const uint32_t fs = options_.frame_size;
   const size_t head = FrameHeaderBytes(a) + packet.headers.size();
   const size_t length = head + packet.payload.size();
-  if (head > fs || length > options_.max_frame_bytes || a.src_ip.v6 != a.dst_ip.v6) {
-    ++stats_.tx_unroutable;  // beyond max_frame_bytes, or another family: never sendable as is
+  if (length > options_.max_frame_bytes) {
+    ++stats_.tx_unroutable;  // never sendable as is
     return true;
   }
   const uint32_t frames = static_cast<uint32_t>((length + fs - 1) / fs);
   if (free_tx_frames_.size() < frames) ReclaimCompletions();
-  uint32_t index = 0;
-  if (free_tx_frames_.size() < frames ||
-      xsk_ring_prod__reserve(&rings_->tx, frames, &index) != frames) {
+  if (free_tx_frames_.size() < frames) {
     ++stats_.tx_ring_full;
     MR_PROBE4(xsk_tx_ring_full, ifindex_, options_.queue_id, frames, tx_in_flight_);
     return false;
   }
-  const uint64_t first = free_tx_frames_.back();
-  auto* frame0 = static_cast<std::byte*>(xsk_umem__get_data(umem_area_, first));
-  absl::StatusOr<size_t> written =
-      BuildFrameHead(std::span<std::byte>(frame0, fs), a, packet.headers, packet.payload.size(),
-                     InternetSum(packet.payload));
-  (void)written;  // its errors (family, sizes) were ruled out above
+  // Written into the first free frame before any ring slot is taken: a refusal leaves nothing
+  // to undo (the frame stays free).
+  auto* frame0 = static_cast<std::byte*>(xsk_umem__get_data(umem_area_, free_tx_frames_.back()));
+  if (!BuildFrameHead(std::span<std::byte>(frame0, fs), a, packet.headers, packet.payload.size(),
+                      InternetSum(packet.payload))
+           .ok()) {
+    ++stats_.tx_unroutable;  // another address family, or headers beyond a frame
+    return true;
+  }
+  uint32_t index = 0;
+  if (xsk_ring_prod__reserve(&rings_->tx, frames, &index) != frames) {
+    ++stats_.tx_ring_full;
+    MR_PROBE4(xsk_tx_ring_full, ifindex_, options_.queue_id, frames, tx_in_flight_);
+    return false;
+  }
   size_t from = 0;  // payload bytes copied
   for (uint32_t i = 0; i < frames; ++i) {
     const uint64_t addr = free_tx_frames_.back();

@@ -109,22 +109,16 @@ uint16_t InternetSum(std::span<const std::byte> data) {
 absl::StatusOr<size_t> BuildFrame(std::span<std::byte> out, const FrameAddresses& a,
                                   std::span<const std::byte> headers,
                                   std::span<const std::byte> payload) {
-  if (a.src_ip.v6 != a.dst_ip.v6) {
-    return absl::InvalidArgumentError("frame source and destination IP families differ: " +
-                                      a.src_ip.ToString() + " -> " + a.dst_ip.ToString());
-  }
-  const size_t head = FrameHeaderBytes(a) + headers.size();
-  if (head + payload.size() > out.size()) {
+  absl::StatusOr<size_t> head =
+      BuildFrameHead(out, a, headers, payload.size(), InternetSum(payload));
+  if (!head.ok()) return head.status();
+  if (*head + payload.size() > out.size()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "frame of %d bytes does not fit a %d-byte buffer (raise the frame size)",
-        head + payload.size(), out.size()));
+        *head + payload.size(), out.size()));
   }
-  if (!payload.empty()) std::memcpy(out.data() + head, payload.data(), payload.size());
-  absl::StatusOr<size_t> written = BuildFrameHead(
-      out.first(head), a, headers, payload.size(),
-      InternetSum(std::span<const std::byte>(out.data() + head, payload.size())));
-  if (!written.ok()) return written.status();
-  return head + payload.size();
+  if (!payload.empty()) std::memcpy(out.data() + *head, payload.data(), payload.size());
+  return *head + payload.size();
 }
 
 absl::StatusOr<size_t> BuildFrameHead(std::span<std::byte> out, const FrameAddresses& a,

@@ -23,6 +23,7 @@ struct UdpPort::Socket {
   uint64_t last_used = 0;
   uint32_t references = 0;  // slots (posted or lent receives, in-flight sends) naming it
   bool closing = false;
+  std::vector<uint32_t> queued;  // batched calls: send slots waiting for Flush(), in order
 };
 
 struct UdpPort::Slot {
@@ -417,7 +418,8 @@ bool UdpPort::Send(const TxPacket& packet) {
     io_uring_prep_sendmsg(sqe, socket->fd, &slot->msg, 0);
     io_uring_sqe_set_data64(sqe, UserData(kKindSend, slot->index));
   } else {
-    queued_tx_slots_.push_back(slot->index);
+    if (socket->queued.empty()) sockets_with_queued_.push_back(socket);
+    socket->queued.push_back(slot->index);
   }
   ++stats_.tx_packets;
   stats_.tx_bytes += size;
@@ -437,44 +439,42 @@ void UdpPort::Flush() {
 }
 
 void UdpPort::FlushFallback() {
-  // One sendmmsg per source socket: the paths take turns, so in posting order hardly two
-  // consecutive datagrams share a socket (one system call per datagram). Stable: a path's
-  // datagrams keep their order.
-  std::stable_sort(queued_tx_slots_.begin(), queued_tx_slots_.end(), [this](uint32_t a, uint32_t b) {
-    return tx_slots_[a]->owner < tx_slots_[b]->owner;
-  });
+  // One sendmmsg per source socket: Send() queues each datagram on its socket (the paths take
+  // turns, so in posting order hardly two consecutive datagrams share one: a system call each).
+  // A path's datagrams keep their order.
   mmsghdr batch[kMaxBatch];
-  size_t i = 0;
-  while (i < queued_tx_slots_.size()) {
-    Socket* socket = tx_slots_[queued_tx_slots_[i]]->owner;
-    size_t n = 0;
-    while (i + n < queued_tx_slots_.size() && n < kMaxBatch &&
-           tx_slots_[queued_tx_slots_[i + n]]->owner == socket) {
-      batch[n].msg_hdr = tx_slots_[queued_tx_slots_[i + n]]->msg;
-      batch[n].msg_len = 0;
-      ++n;
-    }
-    size_t done = 0;
-    while (done < n) {
-      // Blocking: a full socket buffer waits, as the io_uring path does.
-      const int sent = sendmmsg(socket->fd, batch + done, static_cast<unsigned>(n - done), 0);
-      if (sent < 0) {
-        if (errno == EINTR) continue;
-        ++stats_.tx_unroutable;  // this datagram fails (ENETUNREACH, EPERM...): skip it
-        ++done;
-        continue;
+  for (Socket* socket : sockets_with_queued_) {
+    ++socket->references;  // an evicted socket outlives its slots' references until the end
+    const std::vector<uint32_t>& queued = socket->queued;
+    for (size_t i = 0; i < queued.size(); i += kMaxBatch) {
+      const size_t n = std::min<size_t>(kMaxBatch, queued.size() - i);
+      for (size_t k = 0; k < n; ++k) {
+        batch[k].msg_hdr = tx_slots_[queued[i + k]]->msg;
+        batch[k].msg_len = 0;
       }
-      done += static_cast<size_t>(sent);
+      size_t done = 0;
+      while (done < n) {
+        // Blocking: a full socket buffer waits, as the io_uring path does.
+        const int sent = sendmmsg(socket->fd, batch + done, static_cast<unsigned>(n - done), 0);
+        if (sent < 0) {
+          if (errno == EINTR) continue;
+          ++stats_.tx_unroutable;  // this datagram fails (ENETUNREACH, EPERM...): skip it
+          ++done;
+          continue;
+        }
+        done += static_cast<size_t>(sent);
+      }
     }
-    for (size_t k = 0; k < n; ++k) {
-      Slot* slot = tx_slots_[queued_tx_slots_[i + k]].get();
+    for (uint32_t index : queued) {
+      Slot* slot = tx_slots_[index].get();
       DropSocketReference(slot->owner);
       slot->owner = nullptr;
-      free_tx_slots_.push_back(slot->index);
+      free_tx_slots_.push_back(index);
     }
-    i += n;
+    socket->queued.clear();  // its buffer stays for the next flush
+    DropSocketReference(socket);
   }
-  queued_tx_slots_.clear();
+  sockets_with_queued_.clear();
 }
 
 void UdpPort::ReceiveFallback() {

@@ -114,7 +114,7 @@ class UdpPort final : public PacketPort {
   std::deque<uint32_t> ready_rx_slots_;          // completed receives not yet returned
   std::vector<std::unique_ptr<Slot>> tx_slots_;
   std::vector<uint32_t> free_tx_slots_;
-  std::vector<uint32_t> queued_tx_slots_;        // batched calls: waiting for Flush()
+  std::vector<Socket*> sockets_with_queued_;     // batched calls: sockets Flush() sends from
   uint32_t unsubmitted_ = 0;                     // io_uring: SQEs prepared, not submitted
 
   PortStats stats_;

@@ -176,6 +176,11 @@ TEST(AfXdpPort_MultiBuffer, OptionsAreChecked) {
   absl::StatusOr<std::unique_ptr<AfXdpPort>> p = AfXdpPort::Open(o);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(p.status().message()), HasSubstr("max_frame_bytes"));
+  o.max_frame_bytes = 9018;
+  o.frame_count = 4;  // two transmit frames for a frame that needs three
+  p = AfXdpPort::Open(o);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("frame_count"));
 }
 
 TEST_F(AfXdpPortTest, PingStillWorksWithThePortOpen) {

@@ -1,0 +1,51 @@
+// lib/core/ring_queue.h: FIFO order across wrap-around and growth, value-initialized new
+// elements, storage released when empty.
+#include "lib/core/ring_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace metaroce::core {
+namespace {
+
+TEST(RingQueue, KeepsFifoOrderAcrossWrapAndGrowth) {
+  RingQueue<std::vector<int>> q;
+  std::deque<int> model;  // the reference: what the queue must hold, front first
+  int next = 0;
+  // Pushes and pops interleaved so that the head moves round the array before each growth.
+  for (int round = 0; round < 200; ++round) {
+    for (int k = 0; k < round % 7 + 1; ++k) {
+      std::vector<int>& v = q.emplace_back();
+      ASSERT_TRUE(v.empty()) << "a new element is value-initialized";
+      v = {next, next * 3};
+      model.push_back(next++);
+    }
+    for (int k = 0; k < round % 5 && !model.empty(); ++k) {
+      ASSERT_EQ(q.front(), (std::vector<int>{model.front(), model.front() * 3}));
+      q.pop_front();
+      model.pop_front();
+    }
+    ASSERT_EQ(q.size(), model.size());
+    for (size_t i = 0; i < model.size(); ++i) ASSERT_EQ(q[i][0], model[i]) << "index " << i;
+    size_t seen = 0;
+    for (const std::vector<int>& v : q) ASSERT_EQ(v[0], model[seen++]);
+    ASSERT_EQ(seen, model.size());
+  }
+}
+
+TEST(RingQueue, ReleasesItsStorageWhenEmptyAndStartsAgain) {
+  RingQueue<std::string> q;
+  for (int i = 0; i < 20; ++i) q.emplace_back() = std::string(100, 'a' + i % 26);
+  while (!q.empty()) q.pop_front();
+  EXPECT_EQ(q.size(), 0u);
+  EXPECT_EQ(q.begin(), q.end());
+  q.emplace_back() = "again";
+  EXPECT_EQ(q.front(), "again");
+  EXPECT_EQ(q.size(), 1u);
+}
+
+}  // namespace
+}  // namespace metaroce::core
