@@ -690,11 +690,17 @@ bool Sender::LossQueryAllowed(const SenderPath& path) const {
          (path.state == PathState::kActive || path.state == PathState::kSuspect);
 }
 
+bool Sender::TailProbesDue() const {
+  return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective && !MoreToSend();
+}
+
+bool Sender::PathMayTailProbe(const SenderPath& path) const {
+  return path.tail_probes < kMaxTailProbes && !path.overtaken && path.outstanding() > 0 &&
+         (path.state == PathState::kActive || path.state == PathState::kSuspect);
+}
+
 bool Sender::TailProbeAllowed(const SenderPath& path) const {
-  return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
-         path.tail_probes < kMaxTailProbes && !path.overtaken && path.outstanding() > 0 &&
-         (path.state == PathState::kActive || path.state == PathState::kSuspect) &&
-         !MoreToSend();  // last: the costliest test
+  return PathMayTailProbe(path) && TailProbesDue();  // last: the costlier test
 }
 
 void Sender::ArmTailProbeAt(SenderPath& path, Instant due) {
@@ -1116,6 +1122,9 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
   // one in the same batch), and until it makes progress its timer runs at its expected delay
   // (ArmPto). A stalled host delays every path alike, so this evidence needs no timer floor.
   if (cfg_.profile.spray != SprayPolicy::kAllPaths) return;
+  // The connection's half of [R5d]'s test, the same for every path: asked once per ACK, not once
+  // per sibling (nothing below changes what is left to send).
+  const bool tail_probes_due = TailProbesDue();
   for (SenderPath& other : paths_) {
     if (&other == &acked || other.outstanding() == 0) continue;
     if (other.state != PathState::kActive && other.state != PathState::kSuspect) continue;
@@ -1124,7 +1133,7 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
     const SentPacket& oldest_packet = other.at(other.snd_una);
     if (oldest_packet.rnr_until != Instant{0}) continue;  // the responder asked it to wait
     if (newest_sent - oldest_packet.sent_at <= OvertakenTimeout(other, &acked)) {
-      ProbeTailBehind(now, other, acked, newest_sent);
+      if (tail_probes_due) ProbeTailBehind(now, other, acked, newest_sent);
       continue;
     }
     other.overtaken = true;
@@ -1141,7 +1150,7 @@ void Sender::ProbeTailBehind(Instant now, SenderPath& path, const SenderPath& ac
   // run's busy part still inflate (two hosts, 10 connections at 1 % loss: the last message waited
   // 9.8 us for the probe of a packet lost 0.7 us before four delivered siblings). A probe, not a
   // verdict: the path's state and window do not change, and at most kMaxTailProbes go.
-  if (!TailProbeAllowed(path)) return;
+  if (!PathMayTailProbe(path)) return;
   const uint32_t newest = TailProbePsn(now, path);
   if (newest == path.next_psn) return;
   const SentPacket& e = path.at(newest);

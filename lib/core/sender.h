@@ -231,7 +231,7 @@ class Sender {
   bool OnlyFillersOutstanding(const SenderPath& path) const;
   void CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent);
   // RACK's rule across paths for the tail: arms `path`'s tail probe when a packet sent after its
-  // newest outstanding one was delivered on `acked` ([R5d]).
+  // newest outstanding one was delivered on `acked` ([R5d]). Precondition: TailProbesDue().
   void ProbeTailBehind(Instant now, SenderPath& path, const SenderPath& acked, Instant newest_sent);
   // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
   void Hedge(Instant now, SenderPath& path);
@@ -252,7 +252,11 @@ class Sender {
   // whenever the path's newest outstanding packet falls overdue: a PROBE, whose reply judges the
   // transmissions it followed (ResolveLossQuery). Up to kMaxTailProbes since progress too.
   void ArmTailProbe(SenderPath& path, Instant since);
+  // TailProbeAllowed: PathMayTailProbe (the path's probes, state and packets outstanding) and
+  // TailProbesDue (the connection's: tail probes on, selective recovery, nothing more to send).
   bool TailProbeAllowed(const SenderPath& path) const;
+  bool PathMayTailProbe(const SenderPath& path) const;
+  bool TailProbesDue() const;
   bool LossQueryAllowed(const SenderPath& path) const;
   // Clocked, with more to send, no pull in hand and every pull owed: it may not send.
   bool WaitingForPulls() const;
