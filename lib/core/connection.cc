@@ -9,16 +9,17 @@
 
 namespace metaroce::core {
 
-// Runs AfterEntry() when an entry point returns, whichever way it returns.
+// Runs AfterEntry(halves) when an entry point returns, whichever way it returns.
 class Connection::EntryScope {
  public:
-  explicit EntryScope(Connection& c) : c_(c) {}
-  ~EntryScope() { c_.AfterEntry(); }
+  EntryScope(Connection& c, Halves halves) : c_(c), halves_(halves) {}
+  ~EntryScope() { c_.AfterEntry(halves_); }
   EntryScope(const EntryScope&) = delete;
   EntryScope& operator=(const EntryScope&) = delete;
 
  private:
   Connection& c_;
+  Halves halves_;
 };
 
 Connection::Connection(const ConnectionConfig& config, MemoryTable& memory, PacketSink& sink,
@@ -26,6 +27,8 @@ Connection::Connection(const ConnectionConfig& config, MemoryTable& memory, Pack
     : config_(config), memory_(memory), sink_(sink), observer_(observer), budget_(budget) {
   sender_ = std::make_unique<Sender>(*this);
   receiver_ = std::make_unique<Receiver>(*this);
+  sender_deadline_ = sender_->NextDeadline();
+  receiver_deadline_ = receiver_->NextDeadline();
   if (budget_ != nullptr) budget_->AddConnection(activity_, config_.SprayPaths());
 }
 
@@ -33,10 +36,11 @@ Connection::~Connection() {
   if (budget_ != nullptr) budget_->RemoveConnection(activity_);
 }
 
-void Connection::AfterEntry() {
-  const Instant deadline = state_ == State::kError
-                               ? kNever
-                               : std::min(sender_->NextDeadline(), receiver_->NextDeadline());
+void Connection::AfterEntry(Halves halves) {
+  if (halves & kSenderHalf) sender_deadline_ = sender_->NextDeadline();
+  if (halves & kReceiverHalf) receiver_deadline_ = receiver_->NextDeadline();
+  const Instant deadline =
+      state_ == State::kError ? kNever : std::min(sender_deadline_, receiver_deadline_);
   if (deadline != deadline_) {
     deadline_ = deadline;
     if (observer_ != nullptr) observer_->OnDeadlineChanged(*this, deadline);
@@ -52,7 +56,7 @@ void Connection::AnnounceOutput() {
 }
 
 absl::Status Connection::PostSend(Instant now, const SendWorkRequest& wr) {
-  EntryScope scope(*this);
+  EntryScope scope(*this, kSenderHalf);
   if (state_ == State::kError) {
     return absl::FailedPreconditionError(
         absl::StrCat("connection is in error (", std::string(StatusName(error_status_)), ")"));
@@ -63,7 +67,7 @@ absl::Status Connection::PostSend(Instant now, const SendWorkRequest& wr) {
 }
 
 absl::Status Connection::PostRecv(Instant /*now*/, const RecvWorkRequest& wr) {
-  EntryScope scope(*this);
+  EntryScope scope(*this, kReceiverHalf);
   if (state_ == State::kError) {
     return absl::FailedPreconditionError(
         absl::StrCat("connection is in error (", std::string(StatusName(error_status_)), ")"));
@@ -72,7 +76,8 @@ absl::Status Connection::PostRecv(Instant /*now*/, const RecvWorkRequest& wr) {
 }
 
 void Connection::OnPacket(Instant now, const wire::Packet& packet, const RxMeta& meta) {
-  EntryScope scope(*this);
+  // An ACK is the sender's, data and PROBEs the receiver's.
+  EntryScope scope(*this, packet.opcode == wire::Opcode::kAck ? kSenderHalf : kReceiverHalf);
   if (state_ == State::kError) return;
   // Every packet proves it belongs to this connection before anything in it is used.
   if (packet.token != config_.rx_token) {
@@ -93,14 +98,14 @@ void Connection::OnPacket(Instant now, const wire::Packet& packet, const RxMeta&
 }
 
 void Connection::OnTimer(Instant now) {
-  EntryScope scope(*this);
+  EntryScope scope(*this, kBothHalves);
   if (state_ == State::kError) return;
   receiver_->OnTimer(now);
   sender_->OnTimer(now);
 }
 
 void Connection::SendPull(Instant now, uint64_t turn) {
-  EntryScope scope(*this);
+  EntryScope scope(*this, kReceiverHalf);
   if (state_ == State::kError) return;
   receiver_->SendPull(now, turn);
 }
@@ -135,13 +140,13 @@ size_t Connection::PollEvents(std::span<PathEvent> out) {
 }
 
 absl::Status Connection::RequestRotation(Instant now, uint16_t path_id) {
-  EntryScope scope(*this);
+  EntryScope scope(*this, kSenderHalf);
   if (state_ == State::kError) return absl::FailedPreconditionError("connection is in error");
   return sender_->RequestRotation(now, path_id);
 }
 
 void Connection::Abort(Instant now) {
-  EntryScope scope(*this);
+  EntryScope scope(*this, kBothHalves);
   Fail(now, WcStatus::kWrFlushErr, std::nullopt);
 }
 

@@ -170,8 +170,13 @@ class Connection {
   void Fail(Instant now, WcStatus status, std::optional<uint32_t> culprit_msg_seq);
   void EmitCompletion(const Completion& c) { completions_.push_back(c); }
   void EmitEvent(const PathEvent& e) { events_.push_back(e); }
-  // End of every entry point: refresh the deadline, announce changes and output to the observer.
-  void AfterEntry();
+  // Which halves an entry point may change: only they are asked for their next deadline at its
+  // end (a data packet is the receiver's alone, an ACK the sender's alone). The sender and the
+  // receiver change only their own state, and Fail() ends every deadline (kError: kNever).
+  enum Halves : uint8_t { kSenderHalf = 1, kReceiverHalf = 2, kBothHalves = 3 };
+  // End of every entry point: refresh the deadline of `halves`, announce changes and output to
+  // the observer.
+  void AfterEntry(Halves halves);
   void AnnounceOutput();
   class EntryScope;
 
@@ -182,6 +187,8 @@ class Connection {
   ReceiveBudget* budget_;
   ActivityMark activity_;  // this connection's registration in budget_
   Instant deadline_ = kNever;
+  Instant sender_deadline_ = kNever;    // sender_->NextDeadline() as of the latest entry point
+  Instant receiver_deadline_ = kNever;  // ... that could change it
   HeapSlot deadline_slot_;
   bool output_announced_ = false;
   State state_ = State::kReady;
