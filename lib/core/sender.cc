@@ -146,6 +146,10 @@ bool Sender::OrderedCompletion() const {
 
 bool Sender::Usable(const SenderPath& p) const { return p.state == PathState::kActive; }
 
+bool Sender::Open(const SenderPath& p) const {
+  return Usable(p) && !p.gbn_resending && p.outstanding() < wire::kSackBits;
+}
+
 bool Sender::NextPacket(Instant now, PacketRef* out, const Reroute** queued) {
   // Data moved off a failed path [R5] or hedged off an overtaken one [R5b] goes first.
   *queued = nullptr;
@@ -292,19 +296,11 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
   // may be dead, and its stranded bytes must not hold back the live paths, whose progress is
   // what lets the dead one's expiries count toward its failure ([R5]).
   if (const uint64_t share = ConnectionShare(); share != UINT64_MAX) {
-    uint64_t active = 0;
-    for (const SenderPath& p : paths_) {
-      if (p.state == PathState::kActive) active += p.inflight_bytes;
-    }
-    if (active > 0 && active + bytes > share) return nullptr;
+    if (active_inflight_bytes_ > 0 && active_inflight_bytes_ + bytes > share) return nullptr;
   }
-  // A path can take a new packet: usable, not resending go-back-N, room in its SACK window.
-  const auto open = [this](const SenderPath& p) {
-    return Usable(p) && !p.gbn_resending && p.outstanding() < wire::kSackBits;
-  };
   if (preferred >= 0 && preferred < cfg_.SprayPaths()) {
     SenderPath& p = paths_[preferred];
-    if (open(p) && (p.inflight_bytes == 0 || p.inflight_bytes + bytes <= Window(p))) {
+    if (Open(p) && (p.inflight_bytes == 0 || p.inflight_bytes + bytes <= Window(p))) {
       return &p;
     }
   }
@@ -316,6 +312,36 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
   // share the longest. Fewest in flight gives each path a rate inverse to its delay (Little's
   // law), so the load moves off queued routes (a permutation of 1,024 hosts: 0.547 -> 0.573 of
   // its ideal; see congestion.md §3).
+  // A hedge tries its own plane first: progress there is what lets the overtaken path's
+  // expiries count [R5a], and it leaves the other planes' share of the load alone.
+  // Usually the first path in that order takes the packet: it is found without sorting (the
+  // fewest bytes in flight, ties to the first in round-robin order), and PickPathInOrder, which
+  // sorts, is asked only when it does not (nothing was changed by looking at it: only a paced
+  // path passed over is, and a paced path goes to PickPathInOrder too).
+  if (!hedge) {
+    uint16_t first = static_cast<uint16_t>(rr_cursor_ % n);
+    uint32_t least = paths_[first].inflight_bytes;
+    for (uint16_t a = 1, idx = first + 1 == n ? 0 : first + 1; a < n;
+         ++a, idx = idx + 1 == n ? 0 : idx + 1) {
+      if (paths_[idx].inflight_bytes < least) {
+        least = paths_[idx].inflight_bytes;
+        first = idx;
+      }
+    }
+    SenderPath& p = paths_[first];
+    const uint32_t window = Window(p);
+    if (Open(p) && (least > 0 ? least + bytes <= window : bytes <= window || clocked)) {
+      rr_cursor_ = static_cast<uint16_t>(first + 1 == n ? 0 : first + 1);
+      return &p;
+    }
+  }
+  return PickPathInOrder(now, bytes, queued, clocked);
+}
+
+SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* queued,
+                                    bool clocked) {
+  const bool hedge = queued != nullptr && queued->hedge;
+  const uint16_t n = cfg_.SprayPaths();
   // One integer key per path, (bytes in flight, rank in round-robin order from the cursor),
   // sorted by insertion: a handful of paths, per packet.
   std::array<uint64_t, 256> order;
@@ -325,14 +351,12 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
     for (; j > 0 && order[j - 1] > key; --j) order[j] = order[j - 1];
     order[j] = key;
   }
-  // A hedge tries its own plane first: progress there is what lets the overtaken path's
-  // expiries count [R5a], and it leaves the other planes' share of the load alone.
   for (int pass = hedge ? 0 : 1; pass < 2; ++pass) {
     for (uint16_t i = 0; i < n; ++i) {
       const uint32_t at = rr_cursor_ % n + (order[i] & 0xFFFF);  // no division per path
       const uint16_t idx = static_cast<uint16_t>(at >= n ? at - n : at);
       SenderPath& p = paths_[idx];
-      if (!open(p)) continue;
+      if (!Open(p)) continue;
       if (hedge && (p.id == queued->from_path ||
                     (pass == 0 && p.plane != paths_[queued->from_path].plane))) {
         continue;
@@ -442,6 +466,7 @@ void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, const Reroute
   e.bytes = PacketBytes(*Find(ref.msg_seq), ref.index);
   path.inflight_bytes += e.bytes;
   inflight_bytes_ += e.bytes;
+  if (path.state == PathState::kActive) active_inflight_bytes_ += e.bytes;
   if (!Transmit(now, path, psn, queued != nullptr, true)) return;
   if (queued != nullptr) {
     MR_PROBE5(retransmit, cfg_.local_conn_id, path.id, psn,
@@ -749,6 +774,7 @@ void Sender::AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Pac
   ++t.packets;
   path.inflight_bytes -= e.bytes;
   inflight_bytes_ -= e.bytes;
+  if (path.state == PathState::kActive) active_inflight_bytes_ -= e.bytes;
   ++path.stats.acked_packets;
   // [R4] evidence of delivery: packets transmitted before this one have arrived or are lost.
   // With several transmissions we cannot tell which copy arrived, so only the first counts.
@@ -1446,6 +1472,8 @@ void Sender::SetState(Instant now, SenderPath& path, PathState to, PathEventReas
   ev.to = to;
   ev.old_port = ev.new_port = path.port;
   ev.reason = reason;
+  if (ev.from == PathState::kActive) active_inflight_bytes_ -= path.inflight_bytes;
+  if (to == PathState::kActive) active_inflight_bytes_ += path.inflight_bytes;
   path.state = to;
   MR_PROBE5(path_state, ev.conn_id, ev.path_id, static_cast<uint8_t>(ev.from),
             static_cast<uint8_t>(to), static_cast<uint8_t>(reason));

@@ -173,6 +173,11 @@ class Sender {
   // idle usable path takes its packet, `preferred` (PulledPath()) first.
   SenderPath* PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked,
                        int preferred = -1);
+  // PickPath's choice made the long way: the paths sorted by (bytes in flight, round-robin rank)
+  // and tried in that order, each paced one passed over rescheduled on the way.
+  SenderPath* PickPathInOrder(Instant now, uint32_t bytes, const Reroute* queued, bool clocked);
+  // Usable, not resending go-back-N, room in its SACK window: the path can take a new packet.
+  bool Open(const SenderPath& path) const;
   // The path a pulled packet should take: one never sent on, else the pull's own.
   int PulledPath() const;
   // congestion.md §6: the share is below one packet per path (the connection is paced).
@@ -309,6 +314,7 @@ class Sender {
   std::deque<std::pair<uint16_t, uint32_t>> rnr_waits_;  // (path, psn) retried at rnr_until
   uint16_t rr_cursor_ = 0;
   uint64_t inflight_bytes_ = 0;
+  uint64_t active_inflight_bytes_ = 0;    // ... of it on Active paths (the share counts those)
   uint64_t rng_state_;
   double pace_phase_;                     // in [0, 1): where the paths' paced packets start
   Instant pace_wakeup_ = kNever;          // earliest paced path that new data waits for
