@@ -68,7 +68,7 @@ bool Receiver::IsComplete(uint32_t msg_seq) const {
   return SeqLess(msg_seq, completed_below_) || completed_above_.contains(msg_seq);
 }
 
-wire::Syndrome Receiver::Check(const wire::Packet& p, std::byte** dst) {
+wire::Syndrome Receiver::Check(const wire::Packet& p, Placement* at) {
   const auto& d = p.data;
   // [M1] shape: the message must be within the requester's send window and cut at the MTU.
   const int32_t ahead = SeqDistance(completed_below_, d.msg_seq);
@@ -92,8 +92,10 @@ wire::Syndrome Receiver::Check(const wire::Packet& p, std::byte** dst) {
     return wire::Syndrome::kInvalidRequestNak;  // packets of one message disagree
   }
   if (m.refused != wire::Syndrome::kAck) return m.refused;
+  at->message = &m;
   if (m.Got(d.offset / cfg_.mtu) || reorder_.contains({d.msg_seq, d.offset})) {
-    *dst = nullptr;
+    at->duplicate = true;
+    at->dst = nullptr;
     return wire::Syndrome::kAck;  // duplicate data: caller records the PSN only
   }
   // [M2] every Write packet is checked for key, bounds and access before memory is touched; [M7]
@@ -136,7 +138,8 @@ wire::Syndrome Receiver::Check(const wire::Packet& p, std::byte** dst) {
     r.claimed = true;
     r.claimed_by = d.msg_seq;
   }
-  *dst = target;
+  at->duplicate = false;
+  at->dst = target;
   return wire::Syndrome::kAck;
 }
 
@@ -194,8 +197,8 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
     AfterAccept(now, p.path_id, p, follows_top);
     return;
   }
-  std::byte* dst = nullptr;
-  const wire::Syndrome verdict = Check(p, &dst);
+  Placement at;
+  const wire::Syndrome verdict = Check(p, &at);
   if (verdict != wire::Syndrome::kAck) {
     // A refused packet's PSN stays unacknowledged, so a lost NAK costs a retransmission and a
     // new NAK, never a silent loss [M6].
@@ -206,19 +209,17 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
     SendAck(now, p.path_id, p.psn, 0, verdict, p.data.msg_seq);
     return;
   }
-  const auto* m = &inbound_[p.data.msg_seq];
-  const bool fresh =
-      !m->Got(p.data.offset / cfg_.mtu) && !reorder_.contains({p.data.msg_seq, p.data.offset});
+  const bool fresh = !at.duplicate;
   if (!fresh) {
     ++conn_.counters_.duplicate_request;  // data already placed or waiting: PSN only
   } else if (cfg_.profile.placement == PlacementPolicy::kReorderBuffer &&
              (p.data.msg_seq != deliver_msg_ || p.data.offset != deliver_offset_)) {
-    if (!Buffer(p, dst)) {
+    if (!Buffer(p, at.dst)) {
       ++conn_.counters_.reorder_drops;  // no room: the PSN stays a gap, to be retransmitted
       return;
     }
   } else {
-    Place(p, p.data.msg_seq, p.payload, dst);
+    Place(p, *at.message, p.payload, at.dst);
     if (cfg_.profile.placement == PlacementPolicy::kReorderBuffer) DrainReorderBuffer();
   }
   // congestion.md §6: one pull per data unit that asked for one, at its first arrival (a
@@ -237,8 +238,9 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   AfterAccept(now, p.path_id, p, follows_top);
 }
 
-void Receiver::Place(const wire::Packet& p, uint32_t msg_seq, std::span<const std::byte> payload,
+void Receiver::Place(const wire::Packet& p, InboundMessage& m, std::span<const std::byte> payload,
                      std::byte* dst) {
+  const uint32_t msg_seq = p.data.msg_seq;
   if (!payload.empty()) std::memcpy(dst, payload.data(), payload.size());
   if (conn_.observer_ != nullptr) {
     conn_.observer_->OnPlaced(conn_, msg_seq, p.data.offset,
@@ -251,7 +253,6 @@ void Receiver::Place(const wire::Packet& p, uint32_t msg_seq, std::span<const st
       deliver_offset_ = 0;
     }
   }
-  InboundMessage& m = inbound_[msg_seq];
   const uint32_t index = p.data.offset / cfg_.mtu;
   m.got[index / 64] |= uint64_t{1} << (index % 64);
   if (++m.received == m.packets) CompleteMessage(msg_seq);
@@ -275,7 +276,7 @@ void Receiver::DrainReorderBuffer() {
     Buffered b = std::move(it->second);
     reorder_.erase(it);
     reorder_bytes_ -= b.bytes.size();
-    Place(b.header, b.header.data.msg_seq, b.bytes, b.dst);
+    Place(b.header, inbound_[b.header.data.msg_seq], b.bytes, b.dst);
   }
 }
 

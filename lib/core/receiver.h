@@ -84,10 +84,19 @@ class Receiver {
 
  private:
   bool IsComplete(uint32_t msg_seq) const;
+  // Where a packet that passed Check goes: its message's state, whether its data is already
+  // placed or waiting in the reorder buffer (then only its PSN is recorded), and where its
+  // payload goes otherwise.
+  struct Placement {
+    InboundMessage* message = nullptr;  // in inbound_; valid until the message completes
+    bool duplicate = false;
+    std::byte* dst = nullptr;
+  };
   // Checks a new packet against its message, memory and receives [M2-M4]. Returns kAck with
-  // `*dst` set to where its payload goes when it may be placed; otherwise the NAK to answer with.
-  wire::Syndrome Check(const wire::Packet& p, std::byte** dst);
-  void Place(const wire::Packet& p, uint32_t msg_seq, std::span<const std::byte> payload,
+  // `*at` filled in when it may be placed; otherwise the NAK to answer with.
+  wire::Syndrome Check(const wire::Packet& p, Placement* at);
+  // Places the payload of `p`, a packet of message `m`, at `dst`.
+  void Place(const wire::Packet& p, InboundMessage& m, std::span<const std::byte> payload,
              std::byte* dst);
   void CompleteMessage(uint32_t msg_seq);
   void CompleteReceive(uint32_t recv_seq, const Completion& c);
