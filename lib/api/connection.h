@@ -17,8 +17,9 @@
 // Threading, threaded or attached mode: PostSend from one thread at a time, PostRecv from one
 // thread at a time (may be another thread), PollEvents from one thread at a time; Stats,
 // RequestRotation and Abort from any thread (control path: they wait for the owner worker, or,
-// attached, for the daemon's answer). Inline mode: every method from the context's driving
-// thread only (lib/api/context.h); Stats and RequestRotation run at once. Ownership: the Context
+// attached, for the daemon's answer). Inline mode: posts and PollEvents from the context's
+// driving thread only; Stats, RequestRotation, Abort and the destructor from any thread, between
+// two iterations of Context::Poll() (lib/api/context.h). Ownership: the Context
 // must outlive the connection. Destroying the connection removes it from the engine; work still
 // outstanding is discarded without completions (as ibv_destroy_qp).
 #pragma once

@@ -40,9 +40,12 @@
 // packet is received or acknowledged, no timer fires, no completion is delivered), so the
 // application polls at least as often as it expects answers and keeps polling while any of its
 // work is outstanding (a connection whose peer hears nothing for tuning.no_progress_timeout
-// fails). Every call on the context, its listeners, connections and completion queues must
-// then come from one thread at a time: the driving thread (handing them to another thread needs
-// a happens-before, such as a join); control methods run on the calling thread.
+// fails). The data path (Poll, posting on connections, polling completion queues, PollEvents)
+// must then come from one thread at a time: the driving thread (handing it to another thread
+// needs a happens-before, such as a join). Control methods (Listen, Accept, Connect, memory,
+// queues, stats, destroying a connection) may come from any thread: they run on the calling
+// thread between two iterations of Poll() (the engine's inline lock), so that a thread may set
+// up connections, blocking on their exchange, while the driving thread keeps polling.
 //
 // Ownership: the Context must outlive every object it created; destroy connections before the
 // context. Blocks from AllocateMemory are released by FreeMemory or with the context.

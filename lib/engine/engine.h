@@ -19,10 +19,12 @@
 //
 // Threading: threaded mode: every public method is safe from any thread. Data-path methods are on
 // the channels; the methods here are control path and block until the worker(s) answered
-// (microseconds when workers are busy, at most one wake-up when they sleep). Inline mode: every
-// method, and both ends of every channel, from one thread at a time (the driving thread; handing
-// the engine to another thread needs a happens-before, e.g. a join); control methods run on the
-// calling thread at once.
+// (microseconds when workers are busy, at most one wake-up when they sleep). Inline mode: the
+// application's ends of the channels from the driving thread (the one calling Poll(); handing
+// them to another thread needs a happens-before, e.g. a join); control methods from any thread:
+// they run on the calling thread under the engine's inline lock, which Poll() holds for each
+// iteration, so a control call waits at most one iteration (a thread setting up connections
+// while another drives the engine: the libfabric provider's connection manager, lib/ofi).
 // Errors: absl::Status; nothing logs.
 //
 // Applications in other processes (the daemon hosting the engine): their channels are placed in
@@ -230,13 +232,21 @@ class Engine {
   // completions and events, flush the ports). Returns whether it found any work. Threaded mode:
   // does nothing and returns false (the workers run by themselves), so that an application can
   // call it whatever the mode.
-  bool Poll() { return is_inline() && workers_[0]->RunOnce(); }
+  bool Poll() {
+    if (!is_inline()) return false;
+    absl::MutexLock lock(&inline_mu_);
+    return workers_[0]->RunOnce();
+  }
 
   // Runs `fn` on worker `w`'s thread and waits for its result (control path). Inline mode: runs
-  // it on the calling thread, which must be the driving thread.
+  // it on the calling thread under the inline lock (between two Poll() iterations); `fn` must
+  // not call back into the engine's control methods.
   template <typename R>
   R Call(int w, absl::AnyInvocable<R(Worker&)> fn) {
-    if (is_inline()) return fn(*workers_[w]);
+    if (is_inline()) {
+      absl::MutexLock lock(&inline_mu_);
+      return fn(*workers_[w]);
+    }
     std::promise<R> promise;
     std::future<R> future = promise.get_future();
     workers_[w]->Submit([&promise, fn = std::move(fn)](Worker& worker) mutable {
@@ -266,6 +276,7 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(keys_mu_);
   bool KeyInUse(uint32_t key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(keys_mu_);
 
+  absl::Mutex inline_mu_;  // inline mode: Poll()'s iterations against control calls
   absl::Mutex keys_mu_;  // serializes memory registration across workers
   uint32_t next_lkey_ ABSL_GUARDED_BY(keys_mu_) = core::MemoryTable::kFirstCallerKey + 0x100;
   absl::flat_hash_map<uint32_t, uint32_t> rkey_of_lkey_ ABSL_GUARDED_BY(keys_mu_);  // registered

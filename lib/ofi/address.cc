@@ -1,0 +1,78 @@
+#include "lib/ofi/address.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace metaroce::ofi {
+namespace {
+
+constexpr uint8_t kMagic[3] = {'M', 'R', 'A'};
+constexpr uint8_t kVersion = 1;
+
+}  // namespace
+
+EndpointAddress::Bytes EndpointAddress::Encode() const {
+  Bytes b{};
+  std::memcpy(b.data(), kMagic, 3);
+  b[3] = kVersion;
+  b[4] = static_cast<uint8_t>(planes.size());
+  b[6] = static_cast<uint8_t>(tcp_port >> 8);
+  b[7] = static_cast<uint8_t>(tcp_port);
+  for (int i = 0; i < 4; ++i) b[8 + i] = static_cast<uint8_t>(nonce >> (24 - 8 * i));
+  for (size_t i = 0; i < planes.size() && i < kMaxAddressPlanes; ++i) {
+    uint8_t* p = b.data() + 12 + 17 * i;
+    p[0] = planes[i].v6 ? 6 : 4;
+    std::memcpy(p + 1, planes[i].bytes.data(), 16);
+  }
+  return b;
+}
+
+absl::StatusOr<EndpointAddress> EndpointAddress::Decode(std::span<const uint8_t> b) {
+  if (b.size() < kAddressBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metaroce address of ", b.size(), " bytes: an address is ", kAddressBytes));
+  }
+  if (std::memcmp(b.data(), kMagic, 3) != 0) {
+    return absl::InvalidArgumentError("not a metaroce address (magic is not \"MRA\")");
+  }
+  if (b[3] != kVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metaroce address version ", b[3], ": this provider reads version 1"));
+  }
+  EndpointAddress a;
+  const size_t count = b[4];
+  if (count < 1 || count > kMaxAddressPlanes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metaroce address with ", count, " planes: 1 to ", kMaxAddressPlanes, " are allowed"));
+  }
+  a.tcp_port = static_cast<uint16_t>(b[6] << 8 | b[7]);
+  if (a.tcp_port == 0) return absl::InvalidArgumentError("metaroce address with TCP port 0");
+  for (int i = 0; i < 4; ++i) a.nonce = a.nonce << 8 | b[8 + i];
+  for (size_t i = 0; i < count; ++i) {
+    const uint8_t* p = b.data() + 12 + 17 * i;
+    if (p[0] != 4 && p[0] != 6) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metaroce address: plane ", i, " has address family ", p[0],
+                       " (4 or 6 expected)"));
+    }
+    io::IpAddress ip;
+    ip.v6 = p[0] == 6;
+    std::memcpy(ip.bytes.data(), p + 1, 16);
+    a.planes.push_back(ip);
+  }
+  return a;
+}
+
+std::string EndpointAddress::ToString() const {
+  std::string s = "metaroce://";
+  for (size_t i = 0; i < planes.size(); ++i) {
+    if (i > 0) s += ",";
+    s += planes[i].v6 ? absl::StrCat("[", planes[i].ToString(), "]") : planes[i].ToString();
+  }
+  absl::StrAppend(&s, ":", tcp_port, "/", absl::StrFormat("%08x", nonce));
+  return s;
+}
+
+}  // namespace metaroce::ofi

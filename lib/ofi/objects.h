@@ -1,0 +1,166 @@
+// The provider's libfabric objects: each a C++ object whose first member is the libfabric
+// struct the application holds (fid_fabric, fid_domain, fid_ep, fid_cq, ...), so that a fid
+// handed back to the provider is the object (FromFid). The C entry points that libfabric calls
+// are in the .cc of each object (fabric.cc, domain.cc, endpoint.cc, completion.cc,
+// address_vector.cc); the message protocol is endpoint.cc's (docs/ofi.md).
+//
+// Locking: every object of a domain is guarded by its domain's mutex (Domain::mu), taken by each
+// C entry point: the provider offers FI_THREAD_SAFE whatever the application asks. Progress
+// (Domain::Progress) runs inside fi_cq_read, fi_cntr_read and their relatives, under that lock.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/api/context.h"
+#include "lib/ofi/address.h"
+#include "lib/ofi/buffer_pool.h"
+#include "lib/ofi/settings.h"
+
+namespace metaroce::ofi {
+
+template <typename T, typename F>
+T* FromFid(F* fid) {
+  return reinterpret_cast<T*>(fid);
+}
+
+class Endpoint;
+
+struct Fabric {
+  fid_fabric fid;  // first
+  Settings settings;
+  uint32_t api_version = 0;
+};
+
+// One completion, as fi_cq_tagged_entry plus what error entries and readfrom need.
+struct CqEntry {
+  void* op_context = nullptr;
+  uint64_t flags = 0;
+  size_t len = 0;
+  void* buf = nullptr;
+  uint64_t data = 0;
+  uint64_t tag = 0;
+  fi_addr_t source = FI_ADDR_NOTAVAIL;
+  int err = 0;          // 0: a completion; else a positive FI_E* (an error entry)
+  int prov_errno = 0;   // the ibv_wc_status of the failure
+  size_t olen = 0;      // FI_ETRUNC: bytes that did not fit
+};
+
+class Domain;
+
+struct Cq {
+  fid_cq fid;  // first
+  Domain* domain = nullptr;
+  fi_cq_format format = FI_CQ_FORMAT_CONTEXT;
+  std::deque<CqEntry> entries;  // guarded by domain->mu
+  std::atomic<int> refs{0};     // endpoints bound
+  void Push(const CqEntry& e) { entries.push_back(e); }
+};
+
+struct Cntr {
+  fid_cntr fid;  // first
+  Domain* domain = nullptr;
+  std::atomic<uint64_t> value{0};
+  std::atomic<uint64_t> errors{0};
+  std::atomic<int> refs{0};
+};
+
+struct Av {
+  fid_av fid;  // first
+  Domain* domain = nullptr;
+  fi_av_type type = FI_AV_TABLE;
+  std::vector<EndpointAddress::Bytes> entries;  // by fi_addr
+  std::vector<bool> valid;
+  absl::flat_hash_map<std::string, fi_addr_t> by_address;
+  uint64_t generation = 1;  // changes with every insert or remove
+  std::atomic<int> refs{0};
+  // The fi_addr of the endpoint at `address`, or FI_ADDR_NOTAVAIL.
+  fi_addr_t Lookup(const EndpointAddress::Bytes& address) const;
+};
+
+struct Mr {
+  fid_mr fid;  // first
+  Domain* domain = nullptr;
+  std::byte* base = nullptr;
+  size_t length = 0;
+  uint64_t access = 0;
+  uint64_t address_base = 0;  // the address remote writes name base by (VIRT_ADDR: base)
+};
+
+struct Eq {
+  fid_eq fid;  // first
+  Domain* domain = nullptr;  // none: opened on the fabric
+};
+
+class Domain {
+ public:
+  fid_domain fid;  // first
+
+  // Opens the engine (attached or embedded, as the settings say) and the domain's queues.
+  static absl::StatusOr<std::unique_ptr<Domain>> Open(Fabric& fabric, const fi_info& info);
+  ~Domain();
+
+  // Receives and dispatches what the engine completed, sets up connections the connection
+  // managers finished, and retries what waited for resources. Requires mu.
+  void Progress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // Memory registrations by key (remote writes name them).
+  Mr* FindMr(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status AddMr(Mr* mr, uint64_t requested_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void RemoveMr(Mr* mr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Whether [addr, addr+len) lies inside a registration `desc` (FI_MR_LOCAL checks).
+  bool CoversLocal(void* desc, const void* addr, size_t len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  void AddEndpoint(Endpoint* ep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void RemoveEndpoint(Endpoint* ep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Connections of the domain's endpoints by local connection id (completions carry it).
+  void AddConnection(uint32_t conn_id, Endpoint* ep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void RemoveConnection(uint32_t conn_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  absl::Mutex mu;
+  api::Context& context() { return *context_; }
+  api::CompletionQueue& send_cq() { return *send_cq_; }
+  api::CompletionQueue& recv_cq() { return *recv_cq_; }
+  BufferPool& eager_pool() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return *eager_pool_; }
+  BufferPool& chunk_pool() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return *chunk_pool_; }
+  const Settings& settings() const { return settings_; }
+  const fi_info& info() const { return *info_; }
+  uint64_t mr_mode() const { return info_->domain_attr->mr_mode; }
+  uint32_t api_version() const { return api_version_; }
+  std::atomic<int> refs{0};  // objects opened on it
+
+ private:
+  Domain() = default;
+  Settings settings_;
+  uint32_t api_version_ = 0;
+  fi_info* info_ = nullptr;  // a copy
+  std::unique_ptr<api::Context> context_;
+  std::unique_ptr<api::CompletionQueue> send_cq_;
+  std::unique_ptr<api::CompletionQueue> recv_cq_;
+  std::unique_ptr<BufferPool> eager_pool_ ABSL_GUARDED_BY(mu);
+  std::unique_ptr<BufferPool> chunk_pool_ ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, Mr*> mrs_ ABSL_GUARDED_BY(mu);
+  uint64_t next_key_ ABSL_GUARDED_BY(mu) = 1;
+  std::vector<Endpoint*> endpoints_ ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint32_t, Endpoint*> connections_ ABSL_GUARDED_BY(mu);
+};
+
+// FI_E* for an ibv_wc_status (core::WcStatus).
+int ErrorOfStatus(core::WcStatus status);
+
+}  // namespace metaroce::ofi

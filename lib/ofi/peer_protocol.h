@@ -1,0 +1,80 @@
+// What two metaroce providers say to each other over one MetaRoCE connection: libfabric's
+// messages, tagged messages and RMA writes built from the connection's Sends and
+// Writes-with-immediate (docs/ofi.md, "Protocol").
+//
+// Every Send carries a MessageHeader (kHeaderBytes) and, for kEager and kWrite, the payload after
+// it. The receiver keeps `receive_slots` receive buffers posted per connection, each
+// kHeaderBytes + eager_size bytes; a Send or a Write-with-immediate consumes one (in order: the
+// connections complete in order, ConnectOptions::ordered_completion). The sender spends a credit
+// per Send or Write-with-immediate and never sends without one, so that no receiver is ever
+// without a buffer (no RNR); the receiver returns credits in the `credits` field of whatever it
+// sends next, or in a kCredit message once half its slots wait to be returned. One credit is
+// kept for kCredit messages, so that two peers out of credits can always tell each other.
+//
+//   kEager     a message (tagged if flags & kTagged) whose `length` bytes follow the header
+//   kRts       request to send: a message of `length` bytes waits at the sender under `send_id`
+//   kCts       clear to send: write `chunk` bytes of message `send_id` from `offset` to (`addr`,
+//              `key`) with a Write-with-immediate whose immediate is `recv_id`
+//   kWrite     RMA write of the `length` bytes that follow to (`addr`, `key`) of the receiver's
+//              memory registrations; answered by kAck
+//   kWriteRts  RMA write of `length` bytes by rendezvous (then kCts ... as for kRts); kAck when
+//              the last byte is in place
+//   kAck       the write `send_id` ended with `status` (a core::WcStatus number: 0 success,
+//              REM_ACCESS_ERR for a key, range or access the receiver refuses)
+//   kCredit    nothing but credits
+// flags: kTagged, kRemoteData (`data` is the sender's FI_REMOTE_CQ_DATA).
+//
+// Both providers of a connection run on hosts of the same byte order; the header is stored
+// little-endian all the same (Encode/Decode), so that a capture reads the same everywhere.
+// Pure functions; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "absl/status/statusor.h"
+
+namespace metaroce::ofi {
+
+// The provider protocol's version, carried in the set-up exchange's private data.
+inline constexpr uint16_t kPeerProtocolVersion = 1;
+inline constexpr size_t kHeaderBytes = 72;
+
+enum class MessageKind : uint8_t {
+  kEager = 1,
+  kRts = 2,
+  kCts = 3,
+  kWrite = 4,
+  kWriteRts = 5,
+  kAck = 6,
+  kCredit = 7,
+};
+
+namespace header_flags {
+inline constexpr uint8_t kTagged = 1u << 0;
+inline constexpr uint8_t kRemoteData = 1u << 1;
+inline constexpr uint8_t kAll = kTagged | kRemoteData;
+}  // namespace header_flags
+
+struct MessageHeader {
+  MessageKind kind = MessageKind::kEager;
+  uint8_t flags = 0;
+  uint16_t credits = 0;
+  uint32_t status = 0;    // kAck
+  uint64_t tag = 0;       // kEager, kRts (tagged)
+  uint64_t data = 0;      // with kRemoteData
+  uint64_t length = 0;    // the whole message or write
+  uint64_t send_id = 0;   // kRts, kCts, kWrite, kWriteRts, kAck
+  uint64_t addr = 0;      // kCts: where to write; kWrite, kWriteRts: the target address
+  uint64_t key = 0;       // kCts: the rkey; kWrite, kWriteRts: the target's MR key
+  uint64_t offset = 0;    // kCts: the first byte of the message to write
+  uint32_t recv_id = 0;   // kCts: the immediate to write with
+  uint32_t chunk = 0;     // kCts: bytes to write
+};
+
+void EncodeHeader(const MessageHeader& h, std::span<std::byte, kHeaderBytes> out);
+// InvalidArgument naming the field for a short buffer, an unknown kind or unknown flag bits.
+absl::StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> in);
+
+}  // namespace metaroce::ofi
