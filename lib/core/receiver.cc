@@ -348,30 +348,32 @@ void Receiver::OnProbe(Instant now, const wire::Packet& p, const RxMeta& meta) {
 void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint16_t flags,
                        wire::Syndrome syndrome, uint32_t msg_seq) {
   ReceiverPath& path = paths_[path_id];
-  wire::Packet a;
-  a.opcode = wire::Opcode::kAck;
-  a.flags = flags | (pull_owed_ ? wire::flags::kPull : 0);
+  // The ACK is written straight from this state (no wire::Packet built and read back).
+  wire::BaseFields h;
+  h.opcode = wire::Opcode::kAck;
+  h.flags = flags | (pull_owed_ ? wire::flags::kPull : 0);
   if (conn_.budget_ != nullptr && conn_.budget_->pacer().enabled()) {
-    a.flags |= wire::flags::kPulling;
+    h.flags |= wire::flags::kPulling;
   }
   pull_owed_ = false;
-  a.ack.pull_seq = pulls_granted_;
-  a.dest_conn = cfg_.remote_conn_id;
-  a.path_id = path_id;
-  a.token = cfg_.tx_token;
-  a.ack.cum_psn = path.cum_psn;
-  a.ack.ack_psn = trigger_psn;
-  a.ack.ce_count = path.ce_count;
-  a.ack.window_hint = conn_.budget_ == nullptr ? 0 : conn_.budget_->Hint(now);
-  a.ack.syndrome = syndrome;
+  h.dest_conn = cfg_.remote_conn_id;
+  h.path_id = path_id;
+  h.token = cfg_.tx_token;
+  wire::Packet::Ack a;
+  a.pull_seq = pulls_granted_;
+  a.cum_psn = path.cum_psn;
+  a.ack_psn = trigger_psn;
+  a.ce_count = path.ce_count;
+  a.window_hint = conn_.budget_ == nullptr ? 0 : conn_.budget_->Hint(now);
+  a.syndrome = syndrome;
   if (syndrome == wire::Syndrome::kRnrNak) {
-    a.ack.rnr_delay_us = static_cast<uint16_t>(std::min<int64_t>(
+    a.rnr_delay_us = static_cast<uint16_t>(std::min<int64_t>(
         0xffff, std::chrono::duration_cast<std::chrono::microseconds>(cfg_.rnr_delay).count()));
   }
-  a.ack.msg_seq = msg_seq;
-  if (cfg_.profile.placement != PlacementPolicy::kInOrderOnly) a.ack.sack = path.bitmap;
-  std::array<std::byte, wire::kMaxHeadersSize> buf;
-  const size_t n = wire::SerializeHeaders(a, buf);
+  a.msg_seq = msg_seq;
+  if (cfg_.profile.placement != PlacementPolicy::kInOrderOnly) a.sack = path.bitmap;
+  std::array<std::byte, wire::kAckPacketSize> buf;
+  wire::WriteAckPacket(h, a, buf.data());
   TxMeta meta;
   meta.conn_id = cfg_.local_conn_id;
   meta.path_id = path_id;
@@ -380,9 +382,9 @@ void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint
   // filter); an ACK carries the path's source port back as its own source port.
   meta.src_port = path.peer_port;
   meta.dst_port = cfg_.udp_port;
-  conn_.sink_.Transmit(meta, std::span<const std::byte>(buf.data(), n), {});
-  MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, trigger_psn, static_cast<uint8_t>(a.opcode),
-            0, false, meta.src_port, a.flags);
+  conn_.sink_.Transmit(meta, buf, {});
+  MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, trigger_psn, static_cast<uint8_t>(h.opcode),
+            0, false, meta.src_port, h.flags);
   ++conn_.counters_.acks_sent;
   path.unacked_in_order = 0;
   path.ack_deadline = kNever;

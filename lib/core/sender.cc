@@ -516,30 +516,32 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
   if (e.transmissions < 255) ++e.transmissions;
   e.sent_at = path.last_tx_at = now;
 
-  wire::Packet p;
-  p.dest_conn = cfg_.remote_conn_id;
-  p.path_id = path.id;
-  p.psn = psn;
-  p.token = cfg_.tx_token;
-  p.data.msg_seq = e.ref.msg_seq;
-  p.data.offset = e.ref.index * cfg_.mtu;
+  // The headers are written straight from this state (no wire::Packet built and read back).
+  wire::BaseFields h;
+  h.dest_conn = cfg_.remote_conn_id;
+  h.path_id = path.id;
+  h.psn = psn;
+  h.token = cfg_.tx_token;
+  wire::Packet::Data d;
+  d.msg_seq = e.ref.msg_seq;
+  d.offset = e.ref.index * cfg_.mtu;
   std::span<const std::byte> payload;
   if (filler) {
     // [R8] the data already arrived through another path: fill the PSN only.
-    p.opcode = wire::Opcode::kWrite;
-    p.flags = wire::flags::kFiller | wire::flags::kAckRequest;
-    p.data.msg_len = p.data.offset;
+    h.opcode = wire::Opcode::kWrite;
+    h.flags = wire::flags::kFiller | wire::flags::kAckRequest;
+    d.msg_len = d.offset;
   } else {
     const SendWorkRequest& wr = m->wr;
-    p.opcode = WireOpcode(wr.opcode);
-    p.data.msg_len = wr.local.length;
-    if (wire::IsWrite(p.opcode)) {
-      p.data.rkey = wr.rkey;
-      p.data.remote_addr = wr.remote_addr + p.data.offset;
+    h.opcode = WireOpcode(wr.opcode);
+    d.msg_len = wr.local.length;
+    if (wire::IsWrite(h.opcode)) {
+      d.rkey = wr.rkey;
+      d.remote_addr = wr.remote_addr + d.offset;
     }
-    if (ConsumesReceive(wr.opcode)) p.data.recv_seq = m->recv_seq;
-    if (wire::CarriesImm(p.opcode)) p.data.imm = wr.imm;
-    if (e.bytes > 0) payload = std::span<const std::byte>(m->src + p.data.offset, e.bytes);
+    if (ConsumesReceive(wr.opcode)) d.recv_seq = m->recv_seq;
+    if (wire::CarriesImm(h.opcode)) d.imm = wr.imm;
+    if (e.bytes > 0) payload = std::span<const std::byte>(m->src + d.offset, e.bytes);
     // [R3] ask for an ACK at once on a message's last packet, and when the window is full
     // unless an earlier such request is still unanswered: an ACK-clocked sender fills its window
     // after every ACK, and asking each time made the responder ACK every few packets.
@@ -553,34 +555,33 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
     // path's last, whose loss only the tail probe finds, and a probe need not wait out the
     // responder's delayed ACK for a packet that asked for one.
     const bool tail = !retransmission && NearTail();
-    if (last || ask_for_room || retransmission || tail) p.flags |= wire::flags::kAckRequest;
+    if (last || ask_for_room || retransmission || tail) h.flags |= wire::flags::kAckRequest;
   }
-  e.ack_requested = (p.flags & wire::flags::kAckRequest) != 0;
-  if (retransmission) p.flags |= wire::flags::kRetransmit;
+  e.ack_requested = (h.flags & wire::flags::kAckRequest) != 0;
+  if (retransmission) h.flags |= wire::flags::kRetransmit;
   // congestion.md §6: a paced connection asks the responder to pull it while it has more to
   // send, and says which packets went on a pull.
   if (!filler && Paced() && MoreToSend()) {
-    p.flags |= wire::flags::kWantsPull;
+    h.flags |= wire::flags::kWantsPull;
     if (!retransmission) ++pulls_owed_;  // a retransmission's pull replaces its original's
   }
   if (sending_on_pull_) {
-    p.flags |= wire::flags::kPulled;
+    h.flags |= wire::flags::kPulled;
     sending_on_pull_ = false;
     ++conn_.counters_.pulled_pkts;
   }
-  p.payload = payload;
 
-  std::array<std::byte, wire::kMaxHeadersSize> headers;
-  const size_t n = wire::SerializeHeaders(p, headers);
+  std::array<std::byte, wire::kDataHeadersSize> headers;
+  wire::WriteDataHeaders(h, d, static_cast<uint16_t>(payload.size()), headers.data());
   TxMeta meta;
   meta.conn_id = cfg_.local_conn_id;
   meta.path_id = path.id;
   meta.plane = path.plane;
   meta.src_port = path.port;
   meta.dst_port = cfg_.udp_port;
-  conn_.sink_.Transmit(meta, std::span<const std::byte>(headers.data(), n), payload);
-  MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, psn, static_cast<uint8_t>(p.opcode),
-            payload.size(), retransmission, meta.src_port, p.flags);
+  conn_.sink_.Transmit(meta, headers, payload);
+  MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, psn, static_cast<uint8_t>(h.opcode),
+            payload.size(), retransmission, meta.src_port, h.flags);
   ++path.stats.tx_packets;
   path.stats.tx_bytes += payload.size();
   ++conn_.counters_.sent_pkts;
@@ -605,18 +606,18 @@ void Sender::Retransmit(Instant now, SenderPath& path, uint32_t psn, Why why) {
 }
 
 void Sender::TransmitProbe(SenderPath& path, uint32_t psn) {
-  wire::Packet p;
-  p.opcode = wire::Opcode::kProbe;
-  p.dest_conn = cfg_.remote_conn_id;
-  p.path_id = path.id;
-  p.psn = psn;
-  p.token = cfg_.tx_token;
-  std::array<std::byte, wire::kMaxHeadersSize> headers;
-  const size_t n = wire::SerializeHeaders(p, headers);
+  wire::BaseFields h;
+  h.opcode = wire::Opcode::kProbe;
+  h.dest_conn = cfg_.remote_conn_id;
+  h.path_id = path.id;
+  h.psn = psn;
+  h.token = cfg_.tx_token;
+  std::array<std::byte, wire::kProbePacketSize> headers;
+  wire::WriteBaseHeader(h, 0, headers.data());
   TxMeta meta{cfg_.local_conn_id, path.id, path.plane, path.port, cfg_.udp_port};
-  conn_.sink_.Transmit(meta, std::span<const std::byte>(headers.data(), n), {});
-  MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, p.psn, static_cast<uint8_t>(p.opcode), 0,
-            false, meta.src_port, p.flags);
+  conn_.sink_.Transmit(meta, headers, {});
+  MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, h.psn, static_cast<uint8_t>(h.opcode), 0,
+            false, meta.src_port, h.flags);
   ++conn_.counters_.probes_sent;
 }
 

@@ -175,38 +175,13 @@ ParseResult Parse(std::span<const std::byte> datagram) {
 size_t SerializeHeaders(const Packet& p, std::span<std::byte> out) {
   const size_t headers = HeadersSize(p.opcode);
   if (out.size() < headers || p.payload.size() > 0xffff) return 0;
-  BaseHeader base{};
-  base.version = p.version;
-  base.opcode = static_cast<uint8_t>(p.opcode);
-  base.flags = Be16::FromHost(p.flags);
-  base.dest_conn = Be32::FromHost(p.dest_conn);
-  base.path_id = Be16::FromHost(p.path_id);
-  base.payload_len = Be16::FromHost(IsData(p.opcode) ? static_cast<uint16_t>(p.payload.size()) : 0);
-  base.psn = Be32::FromHost(p.psn);
-  base.token = Be64::FromHost(p.token);
-  std::memcpy(out.data(), &base, sizeof base);
+  const BaseFields base{p.version, p.opcode, p.flags, p.dest_conn, p.path_id, p.psn, p.token};
   if (IsData(p.opcode)) {
-    DataHeader d{};
-    d.msg_seq = Be32::FromHost(p.data.msg_seq);
-    d.msg_len = Be32::FromHost(p.data.msg_len);
-    d.offset = Be32::FromHost(p.data.offset);
-    d.rkey = Be32::FromHost(p.data.rkey);
-    d.remote_addr = Be64::FromHost(p.data.remote_addr);
-    d.recv_seq = Be32::FromHost(p.data.recv_seq);
-    d.imm = Be32::FromHost(p.data.imm);
-    std::memcpy(out.data() + sizeof base, &d, sizeof d);
+    WriteDataHeaders(base, p.data, static_cast<uint16_t>(p.payload.size()), out.data());
   } else if (p.opcode == Opcode::kAck) {
-    AckHeader a{};
-    a.cum_psn = Be32::FromHost(p.ack.cum_psn);
-    a.ack_psn = Be32::FromHost(p.ack.ack_psn);
-    a.ce_count = Be32::FromHost(p.ack.ce_count);
-    a.window_hint = Be32::FromHost(p.ack.window_hint);
-    a.syndrome = static_cast<uint8_t>(p.ack.syndrome);
-    a.rnr_delay_us = Be16::FromHost(p.ack.rnr_delay_us);
-    a.pull_seq = p.ack.pull_seq;
-    a.msg_seq = Be32::FromHost(p.ack.msg_seq);
-    p.ack.sack.ToWire(a.sack);
-    std::memcpy(out.data() + sizeof base, &a, sizeof a);
+    WriteAckPacket(base, p.ack, out.data());
+  } else {
+    WriteBaseHeader(base, 0, out.data());
   }
   return headers;
 }

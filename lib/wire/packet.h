@@ -20,6 +20,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string_view>
 
@@ -233,5 +234,68 @@ size_t SerializeHeaders(const Packet& p, std::span<std::byte> out);
 
 // Size of the headers that SerializeHeaders writes for this opcode.
 size_t HeadersSize(Opcode op);
+
+// Writers for a sender that builds no Packet: the headers written straight from host-order
+// fields, the whole Packet (ACK half and all, 144 bytes) neither filled in nor read back. The
+// bytes are exactly those SerializeHeaders writes for a Packet with the same fields (it uses
+// these writers itself), and the same rules hold: the caller states the payload's length.
+
+// The BaseHeader's fields (payload_len aside: each writer's own).
+struct BaseFields {
+  uint8_t version = kVersion;
+  Opcode opcode = Opcode::kProbe;
+  uint16_t flags = 0;
+  uint32_t dest_conn = 0;
+  uint16_t path_id = 0;
+  uint32_t psn = 0;
+  uint64_t token = 0;
+};
+
+// Writes the BaseHeader (kProbePacketSize bytes) at `out`.
+inline void WriteBaseHeader(const BaseFields& f, uint16_t payload_len, std::byte* out) {
+  BaseHeader base;
+  base.version = f.version;
+  base.opcode = static_cast<uint8_t>(f.opcode);
+  base.flags = Be16::FromHost(f.flags);
+  base.dest_conn = Be32::FromHost(f.dest_conn);
+  base.path_id = Be16::FromHost(f.path_id);
+  base.payload_len = Be16::FromHost(payload_len);
+  base.psn = Be32::FromHost(f.psn);
+  base.token = Be64::FromHost(f.token);
+  std::memcpy(out, &base, sizeof base);
+}
+
+// Writes a data packet's headers (kDataHeadersSize bytes: BaseHeader, DataHeader) at `out`, for
+// a payload of `payload_len` bytes. Precondition: IsData(base.opcode).
+inline void WriteDataHeaders(const BaseFields& base, const Packet::Data& data,
+                             uint16_t payload_len, std::byte* out) {
+  WriteBaseHeader(base, payload_len, out);
+  DataHeader d;
+  d.msg_seq = Be32::FromHost(data.msg_seq);
+  d.msg_len = Be32::FromHost(data.msg_len);
+  d.offset = Be32::FromHost(data.offset);
+  d.rkey = Be32::FromHost(data.rkey);
+  d.remote_addr = Be64::FromHost(data.remote_addr);
+  d.recv_seq = Be32::FromHost(data.recv_seq);
+  d.imm = Be32::FromHost(data.imm);
+  std::memcpy(out + sizeof(BaseHeader), &d, sizeof d);
+}
+
+// Writes an ACK (kAckPacketSize bytes: BaseHeader, AckHeader; no payload) at `out`.
+// Precondition: base.opcode == Opcode::kAck.
+inline void WriteAckPacket(const BaseFields& base, const Packet::Ack& ack, std::byte* out) {
+  WriteBaseHeader(base, 0, out);
+  AckHeader a;
+  a.cum_psn = Be32::FromHost(ack.cum_psn);
+  a.ack_psn = Be32::FromHost(ack.ack_psn);
+  a.ce_count = Be32::FromHost(ack.ce_count);
+  a.window_hint = Be32::FromHost(ack.window_hint);
+  a.syndrome = static_cast<uint8_t>(ack.syndrome);
+  a.pull_seq = ack.pull_seq;
+  a.rnr_delay_us = Be16::FromHost(ack.rnr_delay_us);
+  a.msg_seq = Be32::FromHost(ack.msg_seq);
+  ack.sack.ToWire(a.sack);
+  std::memcpy(out + sizeof(BaseHeader), &a, sizeof a);
+}
 
 }  // namespace metaroce::wire

@@ -488,6 +488,34 @@ TEST(SerializeHeaders_Payload, NonDataOpcodesWriteZeroPayloadLen) {
   }
 }
 
+// The writers a sender uses without a Packet: the same bytes as SerializeHeaders, and nothing
+// written past their headers.
+TEST(WriteHeaders_FromFields, SameBytesAsSerializeHeaders) {
+  const auto payload = PayloadOf(33);
+  for (Opcode op : kAllOpcodes) {
+    const Packet p = SamplePacket(op, IsData(op) ? std::span<const std::byte>(payload)
+                                                 : std::span<const std::byte>());
+    std::vector<std::byte> expected(kMaxHeadersSize);
+    ASSERT_EQ(SerializeHeaders(p, expected), HeadersSize(op)) << OpcodeName(op);
+    expected.resize(HeadersSize(op));
+    const BaseFields base{p.version, p.opcode, p.flags, p.dest_conn, p.path_id, p.psn, p.token};
+    std::vector<std::byte> out(kMaxHeadersSize + 8, std::byte{0x77});
+    if (IsData(op)) {
+      WriteDataHeaders(base, p.data, static_cast<uint16_t>(payload.size()), out.data());
+    } else if (op == Opcode::kAck) {
+      WriteAckPacket(base, p.ack, out.data());
+    } else {
+      WriteBaseHeader(base, 0, out.data());
+    }
+    EXPECT_THAT(std::span<const std::byte>(out).first(HeadersSize(op)),
+                ElementsAreArray(expected))
+        << OpcodeName(op);
+    for (size_t i = HeadersSize(op); i < out.size(); ++i) {
+      EXPECT_EQ(out[i], std::byte{0x77}) << OpcodeName(op) << " byte " << i;
+    }
+  }
+}
+
 TEST(HeadersSize_EveryOpcode, MatchesSpec) {
   EXPECT_EQ(HeadersSize(Opcode::kWrite), 56u);
   EXPECT_EQ(HeadersSize(Opcode::kWriteImm), 56u);
