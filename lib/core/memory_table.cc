@@ -68,6 +68,7 @@ absl::Status MemoryTable::Deregister(uint32_t lkey) {
   if (it == by_lkey_.end()) return absl::NotFoundError("no memory region with this lkey");
   lkey_by_rkey_.erase(it->second.region.rkey);
   by_lkey_.erase(it);
+  last_remote_valid_ = false;
   return absl::OkStatus();
 }
 
@@ -85,9 +86,14 @@ AccessError MemoryTable::ResolveLocal(uint32_t pd, uint32_t lkey, uint64_t addr,
 
 AccessError MemoryTable::ResolveRemoteWrite(uint32_t pd, uint32_t rkey, uint64_t addr,
                                             uint64_t length, std::byte** out) const {
-  auto k = lkey_by_rkey_.find(rkey);
-  if (k == lkey_by_rkey_.end()) return AccessError::kUnknownKey;
-  const Entry& e = by_lkey_.at(k->second);
+  if (!last_remote_valid_ || last_rkey_ != rkey) {
+    auto k = lkey_by_rkey_.find(rkey);
+    if (k == lkey_by_rkey_.end()) return AccessError::kUnknownKey;
+    last_remote_ = by_lkey_.at(k->second);
+    last_rkey_ = rkey;
+    last_remote_valid_ = true;
+  }
+  const Entry& e = last_remote_;
   const MemoryRegion& r = e.region;
   if (r.pd != pd) return AccessError::kUnknownKey;  // as no region at all ([M7])
   if (!(r.access & access::kRemoteWrite)) return AccessError::kNotPermitted;

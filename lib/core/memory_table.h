@@ -18,7 +18,14 @@
 // registered, so that probing keys cannot tell the two apart. Keys stay unique across domains
 // (one hash lookup per resolution, then one compare of the entry's domain).
 //
-// Thread-safety: none; owned by one endpoint and used from its thread only.
+// Cost: an incoming Write packet is resolved by its rkey, and consecutive packets almost always
+// name the same region (a message is many packets). The table remembers the last region an rkey
+// resolved to, so such a packet costs one compare and the checks, not two hash lookups
+// (docs/performance.md). Deregister forgets it; keys are never reused, so nothing else can make
+// it stale.
+//
+// Thread-safety: none; owned by one endpoint and used from its thread only (the remembered
+// region is written by the const ResolveRemoteWrite).
 #pragma once
 
 #include <cstddef>
@@ -87,6 +94,10 @@ class MemoryTable {
 
   absl::flat_hash_map<uint32_t, Entry> by_lkey_;
   absl::flat_hash_map<uint32_t, uint32_t> lkey_by_rkey_;
+  // The region the latest ResolveRemoteWrite found by its key (a copy: valid until Deregister).
+  mutable bool last_remote_valid_ = false;
+  mutable uint32_t last_rkey_ = 0;
+  mutable Entry last_remote_;
   uint32_t next_key_ = 0x100;
 };
 

@@ -102,6 +102,30 @@ TEST(MemoryTable_Deregister, RevokesBothKeys) {
   EXPECT_EQ(table.Deregister(mr->lkey).code(), absl::StatusCode::kNotFound);
 }
 
+// The region remembered from the previous Write is forgotten with its registration.
+TEST(MemoryTable_Deregister, RevokesTheRegionTheLastWriteResolved) {
+  std::vector<std::byte> a(64), b(64);
+  MemoryTable table;
+  auto ma = table.Register(a.data(), a.size(), kRemoteRw);
+  auto mb = table.Register(b.data(), b.size(), kRemoteRw);
+  ASSERT_TRUE(ma.ok() && mb.ok());
+  std::byte* out = nullptr;
+  ASSERT_EQ(table.ResolveRemoteWrite(kPd, ma->rkey, ma->addr + 8, 8, &out), AccessError::kNone);
+  EXPECT_EQ(out, a.data() + 8);
+  ASSERT_TRUE(table.Deregister(ma->lkey).ok());
+  EXPECT_EQ(table.ResolveRemoteWrite(kPd, ma->rkey, ma->addr + 8, 8, &out),
+            AccessError::kUnknownKey);
+  // Writes alternating between regions each get their own.
+  auto mc = table.Register(a.data(), a.size(), kRemoteRw);
+  ASSERT_TRUE(mc.ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(table.ResolveRemoteWrite(kPd, mb->rkey, mb->addr + 1, 1, &out), AccessError::kNone);
+    EXPECT_EQ(out, b.data() + 1);
+    ASSERT_EQ(table.ResolveRemoteWrite(kPd, mc->rkey, mc->addr + 2, 1, &out), AccessError::kNone);
+    EXPECT_EQ(out, a.data() + 2);
+  }
+}
+
 TEST(MemoryTable_Deregister, LeavesOtherRegionsAlone) {
   std::vector<std::byte> a(64), b(64);
   MemoryTable table;
