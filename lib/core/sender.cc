@@ -1152,6 +1152,7 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
   // The connection's half of [R5d]'s test, the same for every path: asked once per ACK, not once
   // per sibling (nothing below changes what is left to send).
   const bool tail_probes_due = TailProbesDue();
+  const Duration acked_srtt = acked.rtt.srtt();
   for (SenderPath& other : paths_) {
     if (&other == &acked || other.outstanding() == 0) continue;
     if (other.state != PathState::kActive && other.state != PathState::kSuspect) continue;
@@ -1159,8 +1160,10 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
     if (plane_progress_[other.plane] <= other.stall_suspected_at) continue;  // see OnPathTimeout
     const SentPacket& oldest_packet = other.at(other.snd_una);
     if (oldest_packet.rnr_until != Instant{0}) continue;  // the responder asked it to wait
-    if (newest_sent - oldest_packet.sent_at <= OvertakenTimeout(other, &acked)) {
-      if (tail_probes_due) ProbeTailBehind(now, other, acked, newest_sent);
+    // OvertakenTimeout(other, &acked), computed once for both tests.
+    const Duration margin = ReorderMargin(other, acked_srtt);
+    if (newest_sent - oldest_packet.sent_at <= margin) {
+      if (tail_probes_due) ProbeTailBehind(now, other, margin, newest_sent);
       continue;
     }
     other.overtaken = true;
@@ -1168,7 +1171,7 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
   }
 }
 
-void Sender::ProbeTailBehind(Instant now, SenderPath& path, const SenderPath& acked,
+void Sender::ProbeTailBehind(Instant now, SenderPath& path, Duration margin_to_acked,
                              Instant newest_sent) {
   // [R5d] RACK's loss rule (RFC 8985 §6.2) across paths, for the connection's tail, where it has
   // nothing new to send: a packet sent before one just delivered is overdue once it has been out
@@ -1182,8 +1185,7 @@ void Sender::ProbeTailBehind(Instant now, SenderPath& path, const SenderPath& ac
   if (newest == path.next_psn) return;
   const SentPacket& e = path.at(newest);
   if (e.sent_at >= newest_sent) return;
-  const Duration margin =
-      ReorderMargin(path, acked.rtt.srtt()) - (e.ack_requested ? cfg_.delayed_ack : Duration(0));
+  const Duration margin = margin_to_acked - (e.ack_requested ? cfg_.delayed_ack : Duration(0));
   const Instant due = std::max(now, e.sent_at + (now - newest_sent) + margin);
   path.loss_query_armed = false;
   ArmTailProbeAt(path, due);

@@ -236,8 +236,11 @@ class Sender {
   bool OnlyFillersOutstanding(const SenderPath& path) const;
   void CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent);
   // RACK's rule across paths for the tail: arms `path`'s tail probe when a packet sent after its
-  // newest outstanding one was delivered on `acked` ([R5d]). Precondition: TailProbesDue().
-  void ProbeTailBehind(Instant now, SenderPath& path, const SenderPath& acked, Instant newest_sent);
+  // newest outstanding one was delivered on the path just acknowledged, `acked` ([R5d]).
+  // `margin_to_acked`: ReorderMargin(path, acked's srtt), which CheckOvertaken has computed.
+  // Precondition: TailProbesDue().
+  void ProbeTailBehind(Instant now, SenderPath& path, Duration margin_to_acked,
+                       Instant newest_sent);
   // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
   void Hedge(Instant now, SenderPath& path);
   // How late a packet on `path` may be before it is overdue: beyond its expected delay (its
