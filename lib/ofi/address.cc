@@ -18,13 +18,14 @@ EndpointAddress::Bytes EndpointAddress::Encode() const {
   std::memcpy(b.data(), kMagic, 3);
   b[3] = kVersion;
   b[4] = static_cast<uint8_t>(planes.size());
+  const bool v6 = !planes.empty() && planes[0].v6;
+  b[5] = v6 ? 6 : 4;
   b[6] = static_cast<uint8_t>(tcp_port >> 8);
   b[7] = static_cast<uint8_t>(tcp_port);
   for (int i = 0; i < 4; ++i) b[8 + i] = static_cast<uint8_t>(nonce >> (24 - 8 * i));
-  for (size_t i = 0; i < planes.size() && i < kMaxAddressPlanes; ++i) {
-    uint8_t* p = b.data() + 12 + 17 * i;
-    p[0] = planes[i].v6 ? 6 : 4;
-    std::memcpy(p + 1, planes[i].bytes.data(), 16);
+  const size_t width = v6 ? 16 : 4;
+  for (size_t i = 0; i < planes.size() && 12 + (i + 1) * width <= kAddressBytes; ++i) {
+    std::memcpy(b.data() + 12 + i * width, planes[i].bytes.data(), width);
   }
   return b;
 }
@@ -41,25 +42,26 @@ absl::StatusOr<EndpointAddress> EndpointAddress::Decode(std::span<const uint8_t>
     return absl::InvalidArgumentError(
         absl::StrCat("metaroce address version ", b[3], ": this provider reads version 1"));
   }
+  if (b[5] != 4 && b[5] != 6) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metaroce address of address family ", b[5], " (4 or 6 expected)"));
+  }
+  const bool v6 = b[5] == 6;
   EndpointAddress a;
   const size_t count = b[4];
-  if (count < 1 || count > kMaxAddressPlanes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metaroce address with ", count, " planes: 1 to ", kMaxAddressPlanes, " are allowed"));
+  const size_t max = v6 ? kMaxAddressPlanesV6 : kMaxAddressPlanes;
+  if (count < 1 || count > max) {
+    return absl::InvalidArgumentError(absl::StrCat("metaroce address with ", count,
+                                                   " planes: 1 to ", max, " are allowed"));
   }
   a.tcp_port = static_cast<uint16_t>(b[6] << 8 | b[7]);
   if (a.tcp_port == 0) return absl::InvalidArgumentError("metaroce address with TCP port 0");
   for (int i = 0; i < 4; ++i) a.nonce = a.nonce << 8 | b[8 + i];
+  const size_t width = v6 ? 16 : 4;
   for (size_t i = 0; i < count; ++i) {
-    const uint8_t* p = b.data() + 12 + 17 * i;
-    if (p[0] != 4 && p[0] != 6) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("metaroce address: plane ", i, " has address family ", p[0],
-                       " (4 or 6 expected)"));
-    }
     io::IpAddress ip;
-    ip.v6 = p[0] == 6;
-    std::memcpy(ip.bytes.data(), p + 1, 16);
+    ip.v6 = v6;
+    std::memcpy(ip.bytes.data(), b.data() + 12 + i * width, width);
     a.planes.push_back(ip);
   }
   return a;

@@ -6,13 +6,13 @@
 // a nonce drawn when the endpoint opened (so that an endpoint reopened on the same port is another
 // address, and a connection request names the endpoint it was meant for).
 //
-// Layout (kAddressBytes, fixed: libfabric's addr_format is FI_FORMAT_UNSPEC with this length):
-//   0 magic "MRA" | 3 version u8 (1) | 4 plane_count u8 (1..kMaxAddressPlanes) | 5 reserved u8
+// Layout (kAddressBytes, fixed: libfabric's addr_format is FI_FORMAT_UNSPEC with this length,
+// within FI_NAME_MAX, the 64 bytes Open MPI and others keep a name in):
+//   0 magic "MRA" | 3 version u8 (1) | 4 plane_count u8 | 5 family u8 (4|6, every plane's)
 //   6 tcp_port u16 big-endian | 8 nonce u32 big-endian
-//   12 + 17 * i: plane i: family u8 (4|6), address 16 bytes (IPv4 in the first 4)
-//   unused planes are zero.
-// Decode() checks magic, version, count, families and a non-zero port, and names what it refuses.
-//
+//   12 the planes' addresses, 4 bytes each (IPv4: up to 4 planes) or 16 (IPv6: up to 3);
+//   the rest zero.
+// Decode() checks magic, version, count, family and a non-zero port, and names what it refuses.
 // Text form (fi_av_straddr): metaroce://ADDR[,ADDR...]:PORT/NONCE (nonce in hex).
 //
 // Pure functions; safe from any thread.
@@ -29,8 +29,9 @@
 
 namespace metaroce::ofi {
 
-inline constexpr size_t kMaxAddressPlanes = 4;
-inline constexpr size_t kAddressBytes = 12 + 17 * kMaxAddressPlanes;  // 80
+inline constexpr size_t kMaxAddressPlanes = 4;      // IPv4; 3 with IPv6
+inline constexpr size_t kMaxAddressPlanesV6 = 3;
+inline constexpr size_t kAddressBytes = 12 + 16 * kMaxAddressPlanesV6;  // 60
 
 struct EndpointAddress {
   std::vector<io::IpAddress> planes;  // the host's address on each plane, plane 0 first
@@ -38,7 +39,8 @@ struct EndpointAddress {
   uint32_t nonce = 0;
 
   using Bytes = std::array<uint8_t, kAddressBytes>;
-  // Precondition: 1 <= planes.size() <= kMaxAddressPlanes.
+  // Precondition: 1 <= planes.size() <= kMaxAddressPlanes (kMaxAddressPlanesV6 for IPv6), all
+  // of one family (Endpoint::Enable keeps the first planes that fit).
   Bytes Encode() const;
   static absl::StatusOr<EndpointAddress> Decode(std::span<const uint8_t> bytes);
   std::string ToString() const;

@@ -15,10 +15,11 @@ struct Endpoint::Link {
   std::unique_ptr<api::Connection> conn;
   Peer* peer = nullptr;
   uint32_t conn_id = 0;
-  uint32_t credits = 0;    // Sends and Writes-with-immediate we may post now
-  uint32_t to_return = 0;  // slots reposted that the peer has not been told of
-  uint32_t slots = 0;      // receive slots we keep posted
-  std::deque<WrContext*> blocked;     // waiting for a credit, in order
+  uint32_t credits = 0;    // data messages (and chunk Writes) we may post now
+  uint32_t to_return = 0;  // slots data took and we reposted, that the peer has not been told of
+  uint32_t slots = 0;      // receive slots we keep posted for data (the peer's credits)
+  std::deque<WrContext*> blocked;          // data waiting for a credit, in order
+  std::deque<WrContext*> control_blocked;  // control messages waiting for room in the ring
   std::vector<WrContext*> slot_contexts;
   bool failed = false;
 };
@@ -107,7 +108,7 @@ struct Endpoint::WrContext {
   BufferPool::Buffer buf;
   bool chunk_buffer = false;  // from the chunk pool (else the eager pool)
   TxOp* op = nullptr;
-  bool control = false;       // may take the last credit
+  bool control = false;       // kCts, kAck, kCredit: spends no credit (kControlSlots absorb them)
   uint32_t len = 0;
   api::SendWorkRequest wr;
 };
@@ -181,6 +182,7 @@ Endpoint::~Endpoint() {
     domain_.RemoveConnection(id);
     link->conn.reset();  // ibv_destroy_qp: outstanding work is discarded without completions
     for (WrContext* c : link->blocked) delete c;
+    for (WrContext* c : link->control_blocked) delete c;
     for (WrContext* c : link->slot_contexts) {
       domain_.eager_pool().Put(c->buf);
       delete c;
@@ -264,8 +266,9 @@ int Endpoint::Enable() {
   for (const api::PlaneOptions& p : ctx.options().planes) {
     absl::StatusOr<io::IpAddress> ip = io::IpAddress::Parse(p.local_ip);
     if (!ip.ok()) return -FI_EADDRNOTAVAIL;
+    if (!address_.planes.empty() && ip->v6 != address_.planes[0].v6) break;
+    if (address_.planes.size() == (ip->v6 ? kMaxAddressPlanesV6 : kMaxAddressPlanes)) break;
     address_.planes.push_back(*ip);
-    if (address_.planes.size() == kMaxAddressPlanes) break;
   }
   address_.tcp_port = (*listener)->port();
   uint32_t nonce = 0;
@@ -378,7 +381,7 @@ void Endpoint::AttachLink(ConnectionManager::Result r) {
 void Endpoint::PostSlots(Link& link) {
   const size_t bytes = kHeaderBytes + domain_.settings().eager_size;
   std::vector<api::RecvWorkRequest> wrs;
-  for (uint32_t i = 0; i < link.slots; ++i) {
+  for (uint32_t i = 0; i < link.slots + kControlSlots; ++i) {
     std::optional<BufferPool::Buffer> b = domain_.eager_pool().Get();
     if (!b) break;
     auto* c = new WrContext{WrContext::What::kSlot, &link, *b, false, nullptr, false,
@@ -389,7 +392,9 @@ void Endpoint::PostSlots(Link& link) {
     wr.local = {reinterpret_cast<uint64_t>(b->data), static_cast<uint32_t>(bytes), b->lkey};
     wrs.push_back(wr);
   }
-  link.slots = static_cast<uint32_t>(wrs.size());
+  if (wrs.size() < link.slots + kControlSlots) {
+    link.slots = static_cast<uint32_t>(wrs.size() > kControlSlots ? wrs.size() - kControlSlots : 0);
+  }
   size_t posted = 0;
   while (posted < wrs.size()) {
     const size_t n = link.conn->PostRecvs(std::span(wrs).subspan(posted));
@@ -415,7 +420,9 @@ void Endpoint::FailLink(Link& link, core::WcStatus status) {
   Peer& peer = *link.peer;
   if (peer.link == &link) peer.link = nullptr;
   // Its blocked work never goes out.
-  for (WrContext* c : std::exchange(link.blocked, {})) {
+  std::deque<WrContext*> blocked = std::exchange(link.blocked, {});
+  for (WrContext* c : std::exchange(link.control_blocked, {})) blocked.push_back(c);
+  for (WrContext* c : blocked) {
     if (c->op != nullptr) --c->op->pending_wrs;
     (c->chunk_buffer ? domain_.chunk_pool() : domain_.eager_pool()).Put(c->buf);
     delete c;
@@ -475,22 +482,30 @@ void Endpoint::Post(Link& link, WrContext* c) {
     delete c;
     return;
   }
-  link.blocked.push_back(c);
+  (c->control ? link.control_blocked : link.blocked).push_back(c);
   Drain(link);
 }
 
 void Endpoint::Drain(Link& link) {
-  while (!link.blocked.empty()) {
-    WrContext* c = link.blocked.front();
-    if (link.credits == 0 || (link.credits == 1 && !c->control)) return;
+  auto post = [&](WrContext* c) {
     if (c->what == WrContext::What::kSend) {
       // Piggyback the credits we owe (the header's bytes 2..3).
       const uint32_t give = std::min<uint32_t>(link.to_return, 0xffff);
       c->buf.data[2] = static_cast<std::byte>(give);
       c->buf.data[3] = static_cast<std::byte>(give >> 8);
+      if (!link.conn->PostSend(c->wr).ok()) {
+        c->buf.data[2] = c->buf.data[3] = std::byte{0};
+        return false;  // the ring is full: the next progress
+      }
       link.to_return -= give;
+      return true;
     }
-    if (!link.conn->PostSend(c->wr).ok()) return;  // its ring is full: the next progress
+    return link.conn->PostSend(c->wr).ok();
+  };
+  while (!link.control_blocked.empty() && post(link.control_blocked.front())) {
+    link.control_blocked.pop_front();
+  }
+  while (!link.blocked.empty() && link.credits > 0 && post(link.blocked.front())) {
     --link.credits;
     link.blocked.pop_front();
   }
@@ -536,7 +551,6 @@ void Endpoint::SendWrite(Link& link, BufferPool::Buffer buf, uint32_t len, uint6
 
 void Endpoint::ReturnCredits(Link& link) {
   if (link.failed || link.to_return < std::max<uint32_t>(1, link.slots / 2)) return;
-  if (!link.blocked.empty()) return;  // the next send carries them
   MessageHeader h;
   h.kind = MessageKind::kCredit;
   SendMessage(link, h, nullptr, 0, 0, nullptr, /*control=*/true);
@@ -857,6 +871,7 @@ void Endpoint::OnRecvCompletion(const api::WorkCompletion& wc) {
     FailLink(link, link.conn->in_error() ? link.conn->error_status() : wc.status);
     return;  // the slot stays with the link until the endpoint goes
   }
+  bool data = true;  // the slot was a credit the peer spent (not a control message's)
   if (wc.opcode == core::WcOpcode::kRecvRdmaWithImm) {
     auto it = chunks_.find(wc.imm);
     if (it != chunks_.end() && it->second->r->link == &link) {
@@ -884,6 +899,8 @@ void Endpoint::OnRecvCompletion(const api::WorkCompletion& wc) {
     absl::StatusOr<MessageHeader> h = DecodeHeader(bytes);
     if (h.ok()) {
       link.credits += h->credits;
+      data = h->kind != MessageKind::kCts && h->kind != MessageKind::kAck &&
+             h->kind != MessageKind::kCredit;
       OnMessage(link, *h, bytes.subspan(kHeaderBytes));
     }
     // A malformed message is dropped: its slot goes back like any other.
@@ -892,7 +909,7 @@ void Endpoint::OnRecvCompletion(const api::WorkCompletion& wc) {
   api::RecvWorkRequest wr;
   wr.wr_id = wc.wr_id;
   wr.local = {reinterpret_cast<uint64_t>(c->buf.data), c->len, c->buf.lkey};
-  if (link.conn->PostRecv(wr).ok()) ++link.to_return;
+  if (link.conn->PostRecv(wr).ok() && data) ++link.to_return;
   Drain(link);
   ReturnCredits(link);
 }

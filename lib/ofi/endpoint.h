@@ -49,6 +49,10 @@ struct IoList {
 
 class Endpoint {
  public:
+  // Receive slots kept posted beyond the peer's credits, for control messages (kCts, kAck,
+  // kCredit), which spend no credit; a burst beyond them meets the transport's RNR retry.
+  static constexpr uint32_t kControlSlots = 16;
+
   fid_ep fid;  // first
 
   Endpoint(Domain& domain, const fi_info& info, void* context);

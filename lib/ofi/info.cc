@@ -100,7 +100,7 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
   }
   if (hints->caps != 0) info->caps = hints->caps | (info->caps & kSecondaryCaps);
   if (hints->addr_format != FI_FORMAT_UNSPEC) {
-    return refuse("address formats other than FI_FORMAT_UNSPEC (metaroce's own 80 bytes)");
+    return refuse("address formats other than FI_FORMAT_UNSPEC (metaroce's own 60 bytes)");
   }
   for (const auto& [addr, len, what] :
        {std::tuple{hints->src_addr, hints->src_addrlen, "src_addr"},

@@ -3,13 +3,16 @@
 // Writes-with-immediate (docs/ofi.md, "Protocol").
 //
 // Every Send carries a MessageHeader (kHeaderBytes) and, for kEager and kWrite, the payload after
-// it. The receiver keeps `receive_slots` receive buffers posted per connection, each
-// kHeaderBytes + eager_size bytes; a Send or a Write-with-immediate consumes one (in order: the
-// connections complete in order, ConnectOptions::ordered_completion). The sender spends a credit
-// per Send or Write-with-immediate and never sends without one, so that no receiver is ever
-// without a buffer (no RNR); the receiver returns credits in the `credits` field of whatever it
-// sends next, or in a kCredit message once half its slots wait to be returned. One credit is
-// kept for kCredit messages, so that two peers out of credits can always tell each other.
+// it. The receiver keeps receive buffers posted per connection, each kHeaderBytes + eager_size
+// bytes: `recv_slots` (told in the set-up's PeerHello) for data, and Endpoint::kControlSlots
+// more; a Send or a Write-with-immediate consumes one (in order: the connections complete in
+// order, ConnectOptions::ordered_completion). Data (kEager, kRts, kWrite, kWriteRts, and the
+// chunk Writes) spends a credit, and the sender never sends data without one, so that data never
+// meets a receiver without a buffer; the receiver returns a credit for each buffer data took, in
+// the `credits` field of whatever it sends next, or in a kCredit message once half its data
+// slots wait to be returned. Control messages (kCts, kAck, kCredit) spend none and are never held
+// back by credits (so that two peers out of credits still tell each other): the control slots
+// absorb them, and a burst beyond those meets the transport's RNR retry.
 //
 //   kEager     a message (tagged if flags & kTagged) whose `length` bytes follow the header
 //   kRts       request to send: a message of `length` bytes waits at the sender under `send_id`

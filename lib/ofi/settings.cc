@@ -47,7 +47,7 @@ const std::vector<Settings::Parameter>& Settings::Parameters() {
       {"eager_size", "messages up to this many bytes are sent eagerly, larger ones by "
                      "rendezvous with RDMA Write (default 8192)"},
       {"inject_size", "largest fi_inject (default 4096, at most eager_size)"},
-      {"chunk_size", "bytes per rendezvous RDMA Write (default 262144)"},
+      {"chunk_size", "bytes per rendezvous RDMA Write (default 131072)"},
       {"chunks_in_flight", "rendezvous Writes a receiver asks for at once, per message "
                            "(default 4)"},
       {"recv_slots", "receive buffers per connection: the peer's credits (default 32)"},

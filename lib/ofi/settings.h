@@ -42,7 +42,7 @@ struct Settings {
   uint16_t paths = 8;
   uint32_t eager_size = 8192;
   uint32_t inject_size = 4096;
-  uint32_t chunk_size = 256 * 1024;
+  uint32_t chunk_size = 128 * 1024;
   uint32_t chunks_in_flight = 4;
   uint32_t recv_slots = 32;
   uint32_t connect_timeout_ms = 5000;
