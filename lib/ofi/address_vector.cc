@@ -20,7 +20,7 @@ int Insert(fid_av* f, const void* addr, size_t count, fi_addr_t* fi_addr, uint64
            void* context) {
   auto* av = FromFid<Av>(f);
   if ((flags & ~uint64_t{FI_SYNC_ERR | FI_MORE}) != 0) return -FI_EBADFLAGS;
-  absl::MutexLock lock(&av->domain->mu);
+  std::lock_guard<std::mutex> lock(av->domain->mu);
   int inserted = 0;
   const auto* bytes = static_cast<const uint8_t*>(addr);
   for (size_t i = 0; i < count; ++i) {
@@ -48,7 +48,7 @@ int Insert(fid_av* f, const void* addr, size_t count, fi_addr_t* fi_addr, uint64
 
 int Remove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t) {
   auto* av = FromFid<Av>(f);
-  absl::MutexLock lock(&av->domain->mu);
+  std::lock_guard<std::mutex> lock(av->domain->mu);
   for (size_t i = 0; i < count; ++i) {
     const fi_addr_t a = fi_addr[i];
     if (a >= av->entries.size() || !av->valid[a]) return -FI_EINVAL;
@@ -64,7 +64,7 @@ int Remove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t) {
 
 int Lookup(fid_av* f, fi_addr_t fi_addr, void* addr, size_t* addrlen) {
   auto* av = FromFid<Av>(f);
-  absl::MutexLock lock(&av->domain->mu);
+  std::lock_guard<std::mutex> lock(av->domain->mu);
   if (fi_addr >= av->entries.size() || !av->valid[fi_addr]) return -FI_ENOENT;
   const size_t room = *addrlen;
   *addrlen = kAddressBytes;

@@ -42,7 +42,7 @@ size_t Store(fi_cq_format format, const CqEntry& e, void* out) {
 
 ssize_t ReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src) {
   auto* cq = FromFid<Cq>(f);
-  absl::MutexLock lock(&cq->domain->mu);
+  std::lock_guard<std::mutex> lock(cq->domain->mu);
   if (cq->entries.empty()) cq->domain->Progress();
   if (cq->entries.empty()) return -FI_EAGAIN;
   if (cq->entries.front().err != 0) return -FI_EAVAIL;
@@ -62,7 +62,7 @@ ssize_t Read(fid_cq* f, void* buf, size_t count) { return ReadFrom(f, buf, count
 
 ssize_t ReadErr(fid_cq* f, fi_cq_err_entry* buf, uint64_t) {
   auto* cq = FromFid<Cq>(f);
-  absl::MutexLock lock(&cq->domain->mu);
+  std::lock_guard<std::mutex> lock(cq->domain->mu);
   if (cq->entries.empty() || cq->entries.front().err == 0) return -FI_EAGAIN;
   const CqEntry e = cq->entries.front();
   cq->entries.pop_front();
@@ -127,7 +127,7 @@ fi_ops_cq kCqOps = {sizeof(fi_ops_cq), Read, ReadFrom, ReadErr, SRead, SReadFrom
 uint64_t CntrRead(fid_cntr* f) {
   auto* c = FromFid<Cntr>(f);
   {
-    absl::MutexLock lock(&c->domain->mu);
+    std::lock_guard<std::mutex> lock(c->domain->mu);
     c->domain->Progress();
   }
   return c->value.load();
@@ -135,7 +135,7 @@ uint64_t CntrRead(fid_cntr* f) {
 uint64_t CntrReadErr(fid_cntr* f) {
   auto* c = FromFid<Cntr>(f);
   {
-    absl::MutexLock lock(&c->domain->mu);
+    std::lock_guard<std::mutex> lock(c->domain->mu);
     c->domain->Progress();
   }
   return c->errors.load();
@@ -162,7 +162,7 @@ int CntrWait(fid_cntr* f, uint64_t threshold, int timeout_ms) {
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     {
-      absl::MutexLock lock(&c->domain->mu);
+      std::lock_guard<std::mutex> lock(c->domain->mu);
       c->domain->Progress();
     }
     if (c->value.load() >= threshold) return 0;

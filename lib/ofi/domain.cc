@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<Domain>> Domain::Open(Fabric& fabric, const fi_in
   if (!rcq.ok()) return rcq.status();
   d->send_cq_ = std::move(*scq);
   d->recv_cq_ = std::move(*rcq);
-  absl::MutexLock lock(&d->mu);
+  std::lock_guard<std::mutex> lock(d->mu);
   d->eager_pool_ = std::make_unique<BufferPool>(
       *d->context_, kHeaderBytes + d->settings_.eager_size, 64, size_t{1} << 20);
   d->chunk_pool_ =
@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<Domain>> Domain::Open(Fabric& fabric, const fi_in
 
 Domain::~Domain() {
   {
-    absl::MutexLock lock(&mu);
+    std::lock_guard<std::mutex> lock(mu);
     eager_pool_.reset();
     chunk_pool_.reset();
   }
@@ -106,6 +106,7 @@ void Domain::Progress() {
   context_->Poll();
   for (Endpoint* ep : endpoints_) ep->TakeConnections();
   api::WorkCompletion wcs[64];
+  size_t handled = 0;
   for (api::CompletionQueue* cq : {send_cq_.get(), recv_cq_.get()}) {
     for (;;) {
       const size_t n = cq->Poll(wcs);
@@ -118,11 +119,13 @@ void Domain::Progress() {
           it->second->OnRecvCompletion(wcs[i]);
         }
       }
+      handled += n;
       if (n < std::size(wcs)) break;
     }
   }
   for (Endpoint* ep : endpoints_) ep->RetryWaiting();
-  context_->Poll();  // inline mode: out with what this progress posted
+  // Inline mode: out with what this progress posted (receives reposted, answers, credits).
+  if (handled > 0) context_->Poll();
 }
 
 Mr* Domain::FindMr(uint64_t key) {
@@ -178,7 +181,7 @@ int MrClose(fid* f) {
   auto* mr = FromFid<Mr>(f);
   Domain* d = mr->domain;
   {
-    absl::MutexLock lock(&d->mu);
+    std::lock_guard<std::mutex> lock(d->mu);
     d->RemoveMr(mr);
   }
   --d->refs;
@@ -218,7 +221,7 @@ int RegisterIov(fid* f, const iovec* iov, size_t count, uint64_t access, uint64_
                         : mode == FI_MR_BASIC;
   mr->address_base = virt ? reinterpret_cast<uint64_t>(mr->base) : offset;
   {
-    absl::MutexLock lock(&d->mu);
+    std::lock_guard<std::mutex> lock(d->mu);
     if (!d->AddMr(mr, requested_key).ok()) {
       delete mr;
       return -FI_ENOKEY;

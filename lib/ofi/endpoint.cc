@@ -509,6 +509,9 @@ void Endpoint::Drain(Link& link) {
     --link.credits;
     link.blocked.pop_front();
   }
+  // What is left waits for a credit (its return drains it) or for room in a ring (the next
+  // progress retries).
+  if (!link.control_blocked.empty() || !link.blocked.empty()) links_waiting_ = true;
 }
 
 bool Endpoint::SendMessage(Link& link, const MessageHeader& header, const IoList* payload,
@@ -1183,6 +1186,8 @@ void Endpoint::OnSendCompletion(const api::WorkCompletion& wc) {
 }
 
 void Endpoint::RetryWaiting() {
+  if (waiting_chunks_.empty() && !links_waiting_) return;
+  links_waiting_ = false;
   std::deque<RndvRecv*> waiting = std::exchange(waiting_chunks_, {});
   for (RndvRecv* r : waiting) {
     r->waiting = false;

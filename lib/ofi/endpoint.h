@@ -161,6 +161,7 @@ class Endpoint {
   MatchQueue untagged_;
   uint64_t next_send_id_ = 1;
   uint32_t next_chunk_id_ = 1;
+  bool links_waiting_ = false;  // a link holds work back (RetryWaiting drains them)
   size_t tx_outstanding_ = 0;
   size_t rx_posted_ = 0;
 };

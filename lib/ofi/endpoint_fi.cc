@@ -20,7 +20,7 @@ int Close(fid* f) {
   Endpoint* ep = Ep(f);
   Domain& d = ep->domain();
   {
-    absl::MutexLock lock(&d.mu);
+    std::lock_guard<std::mutex> lock(d.mu);
     d.RemoveEndpoint(ep);
     delete ep;
   }
@@ -30,13 +30,13 @@ int Close(fid* f) {
 
 int Bind(fid* f, fid* bfid, uint64_t flags) {
   Endpoint* ep = Ep(f);
-  absl::MutexLock lock(&ep->domain().mu);
+  std::lock_guard<std::mutex> lock(ep->domain().mu);
   return ep->Bind(bfid, flags);
 }
 
 int Control(fid* f, int command, void* arg) {
   Endpoint* ep = Ep(f);
-  absl::MutexLock lock(&ep->domain().mu);
+  std::lock_guard<std::mutex> lock(ep->domain().mu);
   switch (command) {
     case FI_ENABLE:
       return ep->Enable();
@@ -55,7 +55,7 @@ fi_ops kFidOps = {sizeof(fi_ops), Close, Bind, Control, METAROCE_ENOSYS(fi_ops, 
 
 ssize_t Cancel(fid_t f, void* context) {
   Endpoint* ep = Ep(f);
-  absl::MutexLock lock(&ep->domain().mu);
+  std::lock_guard<std::mutex> lock(ep->domain().mu);
   return ep->Cancel(context);
 }
 
@@ -74,7 +74,7 @@ fi_ops_ep kEpOps = {sizeof(fi_ops_ep),
 
 int GetName(fid_t f, void* addr, size_t* addrlen) {
   Endpoint* ep = Ep(f);
-  absl::MutexLock lock(&ep->domain().mu);
+  std::lock_guard<std::mutex> lock(ep->domain().mu);
   return ep->GetName(addr, addrlen);
 }
 
@@ -94,7 +94,7 @@ fi_ops_cm kCmOps = {sizeof(fi_ops_cm),
 ssize_t DoSend(fid_ep* f, const IoList& data, void** desc, fi_addr_t dest, void* context,
                uint64_t flags, bool tagged, uint64_t tag, uint64_t cq_data) {
   Endpoint* ep = Ep(f);
-  absl::MutexLock lock(&ep->domain().mu);
+  std::lock_guard<std::mutex> lock(ep->domain().mu);
   const ssize_t r = ep->Send(data, desc, dest, context, flags, tagged, tag, cq_data);
   if (r == 0) Kick(ep);
   return r;
@@ -103,7 +103,7 @@ ssize_t DoSend(fid_ep* f, const IoList& data, void** desc, fi_addr_t dest, void*
 ssize_t DoRecv(fid_ep* f, const IoList& buf, void** desc, fi_addr_t src, void* context,
                uint64_t flags, bool tagged, uint64_t tag, uint64_t ignore) {
   Endpoint* ep = Ep(f);
-  absl::MutexLock lock(&ep->domain().mu);
+  std::lock_guard<std::mutex> lock(ep->domain().mu);
   return ep->Recv(buf, desc, src, context, flags, tagged, tag, ignore);
 }
 
@@ -203,7 +203,7 @@ fi_ops_tagged kTaggedOps = {sizeof(fi_ops_tagged), TRecv,   TRecvV,   TRecvMsg,
 ssize_t DoWrite(fid_ep* f, const IoList& data, void** desc, fi_addr_t dest, uint64_t addr,
                 uint64_t key, void* context, uint64_t flags, uint64_t cq_data) {
   Endpoint* ep = Ep(f);
-  absl::MutexLock lock(&ep->domain().mu);
+  std::lock_guard<std::mutex> lock(ep->domain().mu);
   const ssize_t r = ep->Write(data, desc, dest, addr, key, context, flags, cq_data);
   if (r == 0) Kick(ep);
   return r;
@@ -282,7 +282,7 @@ int OpenEndpoint(Domain* d, fi_info* info, fid_ep** out, void* context) {
   ep->fid.tagged = &kTaggedOps;
   ep->fid.atomic = &kAtomicOps;
   {
-    absl::MutexLock lock(&d->mu);
+    std::lock_guard<std::mutex> lock(d->mu);
     d->AddEndpoint(ep);
   }
   ++d->refs;

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "lib/api/context.h"
 #include "lib/ofi/address.h"
 #include "lib/ofi/buffer_pool.h"
@@ -117,27 +117,27 @@ class Domain {
 
   // Receives and dispatches what the engine completed, sets up connections the connection
   // managers finished, and retries what waited for resources. Requires mu.
-  void Progress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void Progress();
 
   // Memory registrations by key (remote writes name them).
-  Mr* FindMr(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  absl::Status AddMr(Mr* mr, uint64_t requested_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  void RemoveMr(Mr* mr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  Mr* FindMr(uint64_t key);
+  absl::Status AddMr(Mr* mr, uint64_t requested_key);
+  void RemoveMr(Mr* mr);
   // Whether [addr, addr+len) lies inside a registration `desc` (FI_MR_LOCAL checks).
-  bool CoversLocal(void* desc, const void* addr, size_t len) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool CoversLocal(void* desc, const void* addr, size_t len);
 
-  void AddEndpoint(Endpoint* ep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  void RemoveEndpoint(Endpoint* ep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void AddEndpoint(Endpoint* ep);
+  void RemoveEndpoint(Endpoint* ep);
   // Connections of the domain's endpoints by local connection id (completions carry it).
-  void AddConnection(uint32_t conn_id, Endpoint* ep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  void RemoveConnection(uint32_t conn_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void AddConnection(uint32_t conn_id, Endpoint* ep);
+  void RemoveConnection(uint32_t conn_id);
 
-  absl::Mutex mu;
+  std::mutex mu;  // guards the domain and every object on it
   api::Context& context() { return *context_; }
   api::CompletionQueue& send_cq() { return *send_cq_; }
   api::CompletionQueue& recv_cq() { return *recv_cq_; }
-  BufferPool& eager_pool() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return *eager_pool_; }
-  BufferPool& chunk_pool() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return *chunk_pool_; }
+  BufferPool& eager_pool() { return *eager_pool_; }
+  BufferPool& chunk_pool() { return *chunk_pool_; }
   const Settings& settings() const { return settings_; }
   const fi_info& info() const { return *info_; }
   uint64_t mr_mode() const { return info_->domain_attr->mr_mode; }
@@ -152,12 +152,12 @@ class Domain {
   std::unique_ptr<api::Context> context_;
   std::unique_ptr<api::CompletionQueue> send_cq_;
   std::unique_ptr<api::CompletionQueue> recv_cq_;
-  std::unique_ptr<BufferPool> eager_pool_ ABSL_GUARDED_BY(mu);
-  std::unique_ptr<BufferPool> chunk_pool_ ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<uint64_t, Mr*> mrs_ ABSL_GUARDED_BY(mu);
-  uint64_t next_key_ ABSL_GUARDED_BY(mu) = 1;
-  std::vector<Endpoint*> endpoints_ ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<uint32_t, Endpoint*> connections_ ABSL_GUARDED_BY(mu);
+  std::unique_ptr<BufferPool> eager_pool_;
+  std::unique_ptr<BufferPool> chunk_pool_;
+  absl::flat_hash_map<uint64_t, Mr*> mrs_;
+  uint64_t next_key_ = 1;
+  std::vector<Endpoint*> endpoints_;
+  absl::flat_hash_map<uint32_t, Endpoint*> connections_;
 };
 
 // FI_E* for an ibv_wc_status (core::WcStatus).
