@@ -57,6 +57,7 @@ struct Endpoint::TxOp {
   uint32_t pending_wrs = 0;     // work requests posted or blocked that name this op
   bool acked = false;           // kWrite: the target's kAck arrived
   bool reported = false;        // the application was told (or, inject, need not be)
+  std::optional<api::MemoryRegion> region;  // embedded rendezvous: `src` registered, written from
 };
 
 struct Endpoint::RxOp {
@@ -93,6 +94,10 @@ struct Endpoint::RndvRecv {
   std::unique_ptr<RxOp> rx;          // a message's receive
   Arrival arrival;                   // what the completion reports
   std::byte* write_dst = nullptr;    // an RMA write's first byte (rx null)
+  // Embedded: the sink (the receive's one buffer, or the write's target) registered, so that
+  // the peer writes the chunks straight into it; no chunk buffer, no copy.
+  std::byte* direct = nullptr;
+  std::optional<api::MemoryRegion> region;
 };
 
 struct Endpoint::Chunk {
@@ -106,7 +111,8 @@ struct Endpoint::WrContext {
   enum class What : uint8_t { kSlot, kSend, kWrite } what = What::kSend;
   Link* link = nullptr;
   BufferPool::Buffer buf;
-  bool chunk_buffer = false;  // from the chunk pool (else the eager pool)
+  bool chunk_buffer = false;  // from the chunk pool (else the eager pool, unless `app_buffer`)
+  bool app_buffer = false;    // the application's registered memory: nothing to give back
   TxOp* op = nullptr;
   bool control = false;       // kCts, kAck, kCredit: spends no credit (kControlSlots absorb them)
   uint32_t len = 0;
@@ -189,13 +195,14 @@ Endpoint::~Endpoint() {
     }
   }
   for (auto& [key, peer] : peers_) {
-    for (TxOp* op : peer->waiting) delete op;
-    for (TxOp* op : peer->active) delete op;
+    for (TxOp* op : peer->waiting) DeleteOp(op);
+    for (TxOp* op : peer->active) DeleteOp(op);
   }
   for (auto& [id, chunk] : chunks_) {
-    domain_.chunk_pool().Put(chunk->buf);
+    if (chunk->r->direct == nullptr) domain_.chunk_pool().Put(chunk->buf);
     delete chunk;
   }
+  for (std::unique_ptr<RndvRecv>& r : rendezvous_) Unregister(r->region);
   for (const MatchQueue* q : {&tagged_, &untagged_}) {
     for (const PostedReceive& r : q->posted()) delete static_cast<RxOp*>(r.handle);
     for (const ArrivedMessage& m : q->unexpected()) delete static_cast<Arrival*>(m.handle);
@@ -384,7 +391,7 @@ void Endpoint::PostSlots(Link& link) {
   for (uint32_t i = 0; i < link.slots + kControlSlots; ++i) {
     std::optional<BufferPool::Buffer> b = domain_.eager_pool().Get();
     if (!b) break;
-    auto* c = new WrContext{WrContext::What::kSlot, &link, *b, false, nullptr, false,
+    auto* c = new WrContext{WrContext::What::kSlot, &link, *b, false, false, nullptr, false,
                             static_cast<uint32_t>(bytes), {}};
     link.slot_contexts.push_back(c);
     api::RecvWorkRequest wr;
@@ -410,7 +417,7 @@ void Endpoint::FailPeer(Peer& peer, const absl::Status& why, core::WcStatus stat
     --tx_outstanding_;
     CompleteTx(op, ErrorOfStatus(status) == FI_ETIMEDOUT ? FI_EHOSTUNREACH : ErrorOfStatus(status),
                status);
-    delete op;
+    DeleteOp(op);
   }
 }
 
@@ -424,7 +431,7 @@ void Endpoint::FailLink(Link& link, core::WcStatus status) {
   for (WrContext* c : std::exchange(link.control_blocked, {})) blocked.push_back(c);
   for (WrContext* c : blocked) {
     if (c->op != nullptr) --c->op->pending_wrs;
-    (c->chunk_buffer ? domain_.chunk_pool() : domain_.eager_pool()).Put(c->buf);
+    ReleaseBuffer(*c);
     delete c;
   }
   // Operations on it fail.
@@ -436,7 +443,8 @@ void Endpoint::FailLink(Link& link, core::WcStatus status) {
     if (op->pending_wrs == 0) {
       tx_by_id_.erase(op->id);
       std::erase(peer.active, op);
-      delete op;
+      --tx_outstanding_;
+      DeleteOp(op);
     }
   }
   // Rendezvous receives from it fail.
@@ -448,7 +456,7 @@ void Endpoint::FailLink(Link& link, core::WcStatus status) {
     }
     for (auto c = chunks_.begin(); c != chunks_.end();) {
       if (c->second->r == r) {
-        domain_.chunk_pool().Put(c->second->buf);
+        if (r->direct == nullptr) domain_.chunk_pool().Put(c->second->buf);
         delete c->second;
         chunks_.erase(c++);
       } else {
@@ -457,6 +465,7 @@ void Endpoint::FailLink(Link& link, core::WcStatus status) {
     }
     std::erase(waiting_chunks_, r);
     if (r->rx != nullptr) CompleteRx(r->rx.get(), r->arrival, 0, ErrorOfStatus(status));
+    Unregister(r->region);
     it = rendezvous_.erase(it);
   }
   // Unexpected rendezvous announcements from it can no longer be fetched.
@@ -478,7 +487,7 @@ void Endpoint::FailLink(Link& link, core::WcStatus status) {
 void Endpoint::Post(Link& link, WrContext* c) {
   if (link.failed) {
     if (c->op != nullptr) --c->op->pending_wrs;
-    (c->chunk_buffer ? domain_.chunk_pool() : domain_.eager_pool()).Put(c->buf);
+    ReleaseBuffer(*c);
     delete c;
     return;
   }
@@ -527,7 +536,7 @@ bool Endpoint::SendMessage(Link& link, const MessageHeader& header, const IoList
     }
   }
   const uint32_t len = static_cast<uint32_t>(kHeaderBytes + payload_len);
-  auto* c = new WrContext{WrContext::What::kSend, &link, *b, false, op, control, len, {}};
+  auto* c = new WrContext{WrContext::What::kSend, &link, *b, false, false, op, control, len, {}};
   c->wr.wr_id = reinterpret_cast<uint64_t>(c);
   c->wr.opcode = core::WrOpcode::kSend;
   c->wr.flags = core::send_flags::kSignaled;
@@ -538,9 +547,9 @@ bool Endpoint::SendMessage(Link& link, const MessageHeader& header, const IoList
 }
 
 void Endpoint::SendWrite(Link& link, BufferPool::Buffer buf, uint32_t len, uint64_t remote_addr,
-                         uint32_t rkey, uint32_t imm, TxOp* op, Chunk* chunk) {
-  (void)chunk;
-  auto* c = new WrContext{WrContext::What::kWrite, &link, buf, true, op, false, len, {}};
+                         uint32_t rkey, uint32_t imm, TxOp* op, bool app_buffer) {
+  auto* c = new WrContext{WrContext::What::kWrite, &link, buf, !app_buffer, app_buffer, op,
+                          false, len, {}};
   c->wr.wr_id = reinterpret_cast<uint64_t>(c);
   c->wr.opcode = core::WrOpcode::kWriteWithImm;
   c->wr.flags = core::send_flags::kSignaled;
@@ -671,6 +680,10 @@ void Endpoint::StartOp(Peer& peer, TxOp* op) {
   h.send_id = op->id;
   const bool eager = len <= domain_.settings().eager_size;
   op->rendezvous = !eager;
+  if (op->rendezvous && op->copy.empty() && op->src.iov.size() == 1 &&
+      domain_.registers_any_memory()) {
+    op->region = Register(op->src.iov[0].iov_base, len, api::access::kLocalWrite);
+  }
   if (op->kind == TxOp::Kind::kMessage) {
     h.kind = eager ? MessageKind::kEager : MessageKind::kRts;
   } else {
@@ -684,7 +697,7 @@ void Endpoint::StartOp(Peer& peer, TxOp* op) {
     tx_by_id_.erase(op->id);
     std::erase(peer.active, op);
     --tx_outstanding_;
-    delete op;
+    DeleteOp(op);
     return;
   }
   if (!op->report && op->kind == TxOp::Kind::kMessage && eager) {
@@ -740,7 +753,7 @@ void Endpoint::DeliverSelf(TxOp* op) {
   }
   CompleteTx(op, err, status);
   --tx_outstanding_;
-  delete op;
+  DeleteOp(op);
 }
 
 // ---- Receiving ---------------------------------------------------------------------------------
@@ -882,12 +895,15 @@ void Endpoint::OnRecvCompletion(const api::WorkCompletion& wc) {
       chunks_.erase(it);
       RndvRecv* r = ch->r;
       const uint32_t len = std::min<uint32_t>(ch->len, wc.byte_len);
-      if (r->rx != nullptr) {
+      if (r->direct != nullptr) {
+        // Written in place.
+      } else if (r->rx != nullptr) {
         r->rx->dst.CopyIn(ch->offset, ch->buf.data, len);
-      } else if (r->write_dst != nullptr) {
+        domain_.chunk_pool().Put(ch->buf);
+      } else {
         std::memcpy(r->write_dst + ch->offset, ch->buf.data, len);
+        domain_.chunk_pool().Put(ch->buf);
       }
-      domain_.chunk_pool().Put(ch->buf);
       delete ch;
       r->done += len;
       --r->in_flight;
@@ -956,6 +972,14 @@ void Endpoint::OnMessage(Link& link, const MessageHeader& h, std::span<const std
       if (h.offset > len || h.chunk > len - h.offset || h.chunk > domain_.settings().chunk_size) {
         return;  // a request outside the message: ignored (the receiver is broken)
       }
+      if (op->region) {
+        // Written straight from the application's buffer, registered when the op started.
+        const BufferPool::Buffer from{
+            static_cast<std::byte*>(op->src.iov[0].iov_base) + h.offset, op->region->lkey, 0};
+        SendWrite(link, from, h.chunk, h.addr, static_cast<uint32_t>(h.key), h.recv_id, op,
+                  /*app_buffer=*/true);
+        return;
+      }
       std::optional<BufferPool::Buffer> b = domain_.chunk_pool().Get();
       if (!b) return;  // cannot happen below the pool's maximum; the receiver times out
       if (!op->copy.empty()) {
@@ -963,7 +987,8 @@ void Endpoint::OnMessage(Link& link, const MessageHeader& h, std::span<const std
       } else {
         op->src.CopyOut(h.offset, b->data, h.chunk);
       }
-      SendWrite(link, *b, h.chunk, h.addr, static_cast<uint32_t>(h.key), h.recv_id, op, nullptr);
+      SendWrite(link, *b, h.chunk, h.addr, static_cast<uint32_t>(h.key), h.recv_id, op,
+                /*app_buffer=*/false);
       return;
     }
     case MessageKind::kWrite:
@@ -987,7 +1012,7 @@ void Endpoint::OnMessage(Link& link, const MessageHeader& h, std::span<const std
         tx_by_id_.erase(op->id);
         std::erase(op->peer->active, op);
         --tx_outstanding_;
-        delete op;
+        DeleteOp(op);
       }
       return;
     }
@@ -1021,13 +1046,28 @@ void Endpoint::StartRendezvous(RndvRecv* r) {
     FinishRendezvous(r);
     return;
   }
+  // Straight into the sink when the engine can name it: one contiguous range that holds the
+  // whole message.
+  std::byte* sink = r->write_dst;
+  if (r->rx != nullptr && r->rx->dst.iov.size() == 1 && r->rx->dst.length >= r->length) {
+    sink = static_cast<std::byte*>(r->rx->dst.iov[0].iov_base);
+  }
+  if (sink != nullptr && domain_.registers_any_memory()) {
+    r->region = Register(sink, r->length, api::access::kLocalWrite | api::access::kRemoteWrite);
+    if (r->region) r->direct = sink;
+  }
   RequestChunks(r);
 }
 
 void Endpoint::RequestChunks(RndvRecv* r) {
   const Settings& s = domain_.settings();
   while (r->in_flight < s.chunks_in_flight && r->requested < r->length) {
-    std::optional<BufferPool::Buffer> b = domain_.chunk_pool().Get();
+    std::optional<BufferPool::Buffer> b;
+    if (r->direct != nullptr) {
+      b = BufferPool::Buffer{r->direct + r->requested, r->region->lkey, r->region->rkey};
+    } else {
+      b = domain_.chunk_pool().Get();
+    }
     if (!b) {
       if (!r->waiting) {
         waiting_chunks_.push_back(r);
@@ -1051,7 +1091,7 @@ void Endpoint::RequestChunks(RndvRecv* r) {
     h.recv_id = id;
     if (!SendMessage(*r->link, h, nullptr, 0, 0, nullptr, /*control=*/true)) {
       chunks_.erase(id);
-      domain_.chunk_pool().Put(ch->buf);
+      if (r->direct == nullptr) domain_.chunk_pool().Put(ch->buf);
       delete ch;
       if (!r->waiting) {
         waiting_chunks_.push_back(r);
@@ -1083,6 +1123,7 @@ void Endpoint::FinishRendezvous(RndvRecv* r) {
     SendAck(*r->link, r->send_id, core::WcStatus::kSuccess);
   }
   std::erase(waiting_chunks_, r);
+  Unregister(r->region);
   rendezvous_.remove_if([r](const std::unique_ptr<RndvRecv>& p) { return p.get() == r; });
 }
 
@@ -1149,7 +1190,7 @@ void Endpoint::OnSendCompletion(const api::WorkCompletion& wc) {
   TxOp* op = c->op;
   const uint32_t len = c->len;
   const bool write = c->what == WrContext::What::kWrite;
-  (c->chunk_buffer ? domain_.chunk_pool() : domain_.eager_pool()).Put(c->buf);
+  ReleaseBuffer(*c);
   delete c;
   if (op == nullptr) {
     if (wc.status != core::WcStatus::kSuccess && link.conn->in_error()) {
@@ -1158,13 +1199,25 @@ void Endpoint::OnSendCompletion(const api::WorkCompletion& wc) {
     return;
   }
   --op->pending_wrs;
+  if (wc.status != core::WcStatus::kSuccess && link.conn->in_error()) {
+    if (!link.failed) {
+      // The connection failed: FailLink fails every op on it, this one too, and frees those no
+      // work request names any more.
+      FailLink(link, link.conn->error_status());
+    } else if (op->pending_wrs == 0) {
+      // Failed (and reported) with the link earlier: its last work request is back.
+      tx_by_id_.erase(op->id);
+      std::erase(op->peer->active, op);
+      --tx_outstanding_;
+      DeleteOp(op);
+    }
+    return;
+  }
   if (wc.status != core::WcStatus::kSuccess) {
-    const core::WcStatus status = link.conn->in_error() ? link.conn->error_status() : wc.status;
     if (!op->reported) {
-      CompleteTx(op, ErrorOfStatus(status), status);
+      CompleteTx(op, ErrorOfStatus(wc.status), wc.status);
       op->reported = true;
     }
-    if (link.conn->in_error()) FailLink(link, status);
   } else if (write) {
     op->written += len;
   }
@@ -1181,7 +1234,7 @@ void Endpoint::OnSendCompletion(const api::WorkCompletion& wc) {
     tx_by_id_.erase(op->id);
     std::erase(op->peer->active, op);
     --tx_outstanding_;
-    delete op;
+    DeleteOp(op);
   }
 }
 
@@ -1196,6 +1249,29 @@ void Endpoint::RetryWaiting() {
   for (auto& [id, link] : links_) {
     if (!link->failed) Drain(*link);
   }
+}
+
+// ---- Memory ---------------------------------------------------------------------------------------
+
+void Endpoint::ReleaseBuffer(const WrContext& c) {
+  if (c.app_buffer) return;
+  (c.chunk_buffer ? domain_.chunk_pool() : domain_.eager_pool()).Put(c.buf);
+}
+
+std::optional<api::MemoryRegion> Endpoint::Register(void* base, size_t length, uint32_t access) {
+  absl::StatusOr<api::MemoryRegion> r = domain_.context().RegisterMemory(base, length, access);
+  if (!r.ok()) return std::nullopt;  // then through the chunk buffers
+  return *r;
+}
+
+void Endpoint::Unregister(std::optional<api::MemoryRegion>& region) {
+  if (region) domain_.context().DeregisterMemory(*region).IgnoreError();
+  region.reset();
+}
+
+void Endpoint::DeleteOp(TxOp* op) {
+  Unregister(op->region);
+  delete op;
 }
 
 // ---- Completions to the application ------------------------------------------------------------

@@ -109,7 +109,7 @@ class Endpoint {
   bool SendMessage(Link& link, const MessageHeader& header, const IoList* payload,
                    size_t payload_offset, size_t payload_len, TxOp* op, bool control);
   void SendWrite(Link& link, BufferPool::Buffer buf, uint32_t len, uint64_t remote_addr,
-                 uint32_t rkey, uint32_t imm, TxOp* op, Chunk* chunk);
+                 uint32_t rkey, uint32_t imm, TxOp* op, bool app_buffer);
   void Post(Link& link, WrContext* ctx);
   void Drain(Link& link);
   void ReturnCredits(Link& link);
@@ -126,6 +126,13 @@ class Endpoint {
   Mr* CheckWrite(uint64_t key, uint64_t addr, uint64_t len, std::byte** dst);
   void SendAck(Link& link, uint64_t send_id, core::WcStatus status);
   void DeliverSelf(TxOp* op);
+
+  // Memory: a work request's buffer back to its pool; the embedded engine's registrations of
+  // the application's buffers for zero-copy rendezvous (nullopt: refused, use chunk buffers).
+  void ReleaseBuffer(const WrContext& c);
+  std::optional<api::MemoryRegion> Register(void* base, size_t length, uint32_t access);
+  void Unregister(std::optional<api::MemoryRegion>& region);
+  void DeleteOp(TxOp* op);  // unregisters its buffer
 
   // Completions.
   void CompleteTx(TxOp* op, int err, core::WcStatus status);

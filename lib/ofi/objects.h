@@ -141,6 +141,10 @@ class Domain {
   const Settings& settings() const { return settings_; }
   const fi_info& info() const { return *info_; }
   uint64_t mr_mode() const { return info_->domain_attr->mr_mode; }
+  // Whether rendezvous writes from and into the application's buffers: the engine can register
+  // any of this process's memory (embedded; attached: only shared memory) and
+  // FI_METAROCE_ZERO_COPY is not 0.
+  bool registers_any_memory() const { return !context_->is_attached() && settings_.zero_copy; }
   uint32_t api_version() const { return api_version_; }
   std::atomic<int> refs{0};  // objects opened on it
 

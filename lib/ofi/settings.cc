@@ -52,6 +52,8 @@ const std::vector<Settings::Parameter>& Settings::Parameters() {
                            "(default 4)"},
       {"recv_slots", "receive buffers per connection: the peer's credits (default 32)"},
       {"connect_timeout_ms", "a connection set-up's whole exchange, in ms (default 5000)"},
+      {"zero_copy", "embedded: 1 (default) rendezvous writes from and into the application's "
+                    "buffers, registered with the engine; 0: through the provider's buffers"},
   };
   return kParameters;
 }
@@ -100,6 +102,7 @@ absl::StatusOr<Settings> Settings::Read(const std::function<const char*(const ch
       {"recv_slots", 4, 4096, [&](uint64_t x) { s.recv_slots = static_cast<uint32_t>(x); }},
       {"connect_timeout_ms", 100, 600000,
        [&](uint64_t x) { s.connect_timeout_ms = static_cast<uint32_t>(x); }},
+      {"zero_copy", 0, 1, [&](uint64_t x) { s.zero_copy = x != 0; }},
   };
   for (const Field& f : fields) {
     if (const char* t = get(f.name)) {

@@ -19,6 +19,9 @@
 //   FI_METAROCE_CHUNKS_IN_FLIGHT rendezvous Writes a receiver asks for at once, per message
 //   FI_METAROCE_RECV_SLOTS    receive buffers per connection (the sender's credits)
 //   FI_METAROCE_CONNECT_TIMEOUT_MS  a connection set-up's whole exchange
+//   FI_METAROCE_ZERO_COPY     embedded: 1 (default) registers the application's buffers with the
+//                             engine so that rendezvous writes go from and into them; 0 copies
+//                             through the provider's chunk buffers as attached mode must
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,7 @@ struct Settings {
   uint32_t chunks_in_flight = 4;
   uint32_t recv_slots = 32;
   uint32_t connect_timeout_ms = 5000;
+  bool zero_copy = true;  // embedded: rendezvous writes from and into the application's buffers
 
   // One parameter: its name (lowercase, without FI_METAROCE_), its help, its default as text.
   struct Parameter {
