@@ -106,7 +106,6 @@ void Domain::Progress() {
   context_->Poll();
   for (Endpoint* ep : endpoints_) ep->TakeConnections();
   api::WorkCompletion wcs[64];
-  size_t handled = 0;
   for (api::CompletionQueue* cq : {send_cq_.get(), recv_cq_.get()}) {
     for (;;) {
       const size_t n = cq->Poll(wcs);
@@ -119,13 +118,14 @@ void Domain::Progress() {
           it->second->OnRecvCompletion(wcs[i]);
         }
       }
-      handled += n;
       if (n < std::size(wcs)) break;
     }
   }
   for (Endpoint* ep : endpoints_) ep->RetryWaiting();
-  // Inline mode: out with what this progress posted (receives reposted, answers, credits).
-  if (handled > 0) context_->Poll();
+  // Inline mode: what this progress posted (receives reposted, credits, the transport's ACKs of
+  // what arrived) goes out with the next Poll(): the application's answer to what it receives now
+  // then leaves before them (each packet costs this CPU its trip through the fabric, and the
+  // answer is what the peer waits for; docs/architecture.md, inline mode).
 }
 
 Mr* Domain::FindMr(uint64_t key) {
