@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "lib/api/exchange.h"
 #include "lib/io/af_xdp_port.h"
 #include "lib/io/frame.h"
 #include "lib/io/interface_info.h"
@@ -139,6 +140,8 @@ uint32_t Datapath::DefaultMtu() const {
   uint32_t mtu = UINT32_MAX;
   for (const PlaneInfo& pi : planes_) {
     uint32_t m = pi.if_mtu - IpUdpBytes(pi.local_ip) - wire::kDataHeadersSize;
+    // A datagram holds at most 65,535 bytes of IP packet whatever the link carries (lo: 65,536).
+    m = std::min(m, pi.local_ip.v6 ? kMaxMtuIpv6 : kMaxMtuIpv4);
     if (options_.kind == PortKind::kAfXdp && !multi_buffer_) {
       const uint32_t frame_room = frame_size_ - io::kEthernetHeaderBytes - IpUdpBytes(pi.local_ip) -
                                   wire::kDataHeadersSize;
