@@ -2,6 +2,7 @@
 // pools, memory registrations, and progress; with libfabric's domain and MR entry points.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <span>
 
@@ -87,10 +88,16 @@ absl::StatusOr<std::unique_ptr<Domain>> Domain::Open(Fabric& fabric, const fi_in
       *d->context_, kHeaderBytes + d->settings_.eager_size, 64, size_t{1} << 20);
   d->chunk_pool_ =
       std::make_unique<BufferPool>(*d->context_, d->settings_.chunk_size, 8, size_t{1} << 16);
+  if (info.domain_attr->data_progress == FI_PROGRESS_AUTO) {
+    Domain* self = d.get();
+    d->progress_thread_ = std::thread([self] { self->ProgressLoop(); });
+  }
   return d;
 }
 
 Domain::~Domain() {
+  stop_ = true;
+  if (progress_thread_.joinable()) progress_thread_.join();
   {
     std::lock_guard<std::mutex> lock(mu);
     eager_pool_.reset();
@@ -102,8 +109,8 @@ Domain::~Domain() {
   if (info_ != nullptr) fi_freeinfo(info_);
 }
 
-void Domain::Progress() {
-  context_->Poll();
+bool Domain::Progress() {
+  bool work = context_->Poll();
   for (Endpoint* ep : endpoints_) ep->TakeConnections();
   api::WorkCompletion wcs[64];
   for (api::CompletionQueue* cq : {send_cq_.get(), recv_cq_.get()}) {
@@ -111,6 +118,7 @@ void Domain::Progress() {
       const size_t n = cq->Poll(wcs);
       for (size_t i = 0; i < n; ++i) {
         auto it = connections_.find(wcs[i].conn_id);
+        work = true;
         if (it == connections_.end()) continue;  // of a connection already destroyed
         if (cq == send_cq_.get()) {
           it->second->OnSendCompletion(wcs[i]);
@@ -126,6 +134,18 @@ void Domain::Progress() {
   // what arrived) goes out with the next Poll(): the application's answer to what it receives now
   // then leaves before them (each packet costs this CPU its trip through the fabric, and the
   // answer is what the peer waits for; docs/architecture.md, inline mode).
+  return work;
+}
+
+void Domain::ProgressLoop() {
+  while (!stop_.load(std::memory_order_relaxed)) {
+    bool work;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      work = Progress();
+    }
+    if (!work) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 Mr* Domain::FindMr(uint64_t key) {

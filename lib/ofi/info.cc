@@ -156,8 +156,11 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
       return refuse(absl::StrCat("domain ", d->name, " (this host's is ", o->name, ")"));
     }
     if (d->threading != FI_THREAD_UNSPEC) o->threading = d->threading;
+    // FI_PROGRESS_AUTO: a progress thread of the domain's does what the application's calls
+    // would (Domain::Open); one mode for both, the stronger one asked for.
     if (d->control_progress == FI_PROGRESS_AUTO || d->data_progress == FI_PROGRESS_AUTO) {
-      return refuse("FI_PROGRESS_AUTO: progress is the application's (FI_PROGRESS_MANUAL)");
+      o->control_progress = FI_PROGRESS_AUTO;
+      o->data_progress = FI_PROGRESS_AUTO;
     }
     if (d->av_type != FI_AV_UNSPEC) o->av_type = d->av_type;
     if (FI_VERSION_GE(version, FI_VERSION(1, 5))) {

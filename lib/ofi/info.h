@@ -2,7 +2,8 @@
 //
 // One fi_info: FI_EP_RDM, FI_MSG | FI_TAGGED | FI_RMA (write only: the transport has no RDMA
 // Read) | FI_DIRECTED_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM, 64 tag bits, 8 bytes of
-// remote CQ data, send-after-send ordering, FI_PROGRESS_MANUAL, every threading level (the
+// remote CQ data, send-after-send ordering, FI_PROGRESS_MANUAL (FI_PROGRESS_AUTO when asked: a
+// progress thread of the domain's), every threading level (the
 // provider locks its domain), FI_AV_TABLE or FI_AV_MAP, FI_RM_ENABLED, and no mode bit the
 // application must honour. MR modes: none required; FI_MR_LOCAL, FI_MR_PROV_KEY and
 // FI_MR_VIRT_ADDR taken when the application offers them (FI_MR_LOCAL then makes the provider

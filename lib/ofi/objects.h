@@ -23,6 +23,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -117,7 +118,8 @@ class Domain {
 
   // Receives and dispatches what the engine completed, sets up connections the connection
   // managers finished, and retries what waited for resources. Requires mu.
-  void Progress();
+  // Returns whether it found work.
+  bool Progress();
 
   // Memory registrations by key (remote writes name them).
   Mr* FindMr(uint64_t key);
@@ -150,6 +152,11 @@ class Domain {
 
  private:
   Domain() = default;
+  // FI_PROGRESS_AUTO: Progress() every 50 us, or again at once while it finds work, until the
+  // domain closes.
+  void ProgressLoop();
+  std::thread progress_thread_;
+  std::atomic<bool> stop_{false};
   Settings settings_;
   uint32_t api_version_ = 0;
   fi_info* info_ = nullptr;  // a copy

@@ -1,5 +1,5 @@
 // lib/ofi/info.h: the provider's fi_info and FitToHints (fi_getinfo's hints): null hints, refusals
-// with FI_ENODATA and a reason (capabilities it lacks, FI_READ, FI_EP_MSG, FI_PROGRESS_AUTO,
+// with FI_ENODATA and a reason (capabilities it lacks, FI_READ, FI_EP_MSG,
 // inject_size above its own, a malformed dest_addr), narrowing of caps and mr_mode, dest_addr
 // copied.
 #include "lib/ofi/info.h"
@@ -113,15 +113,16 @@ TEST(FitToHints, RefusesMsgEndpoints) {
   EXPECT_THAT(f.why, HasSubstr("FI_EP_RDM"));
 }
 
-TEST(FitToHints, RefusesAutoProgress) {
+TEST(FitToHints, TakesAutoProgressForBoth) {
   for (bool data : {true, false}) {
     InfoPtr info = Ours();
     InfoPtr hints = Hints();
     (data ? hints->domain_attr->data_progress : hints->domain_attr->control_progress) =
         FI_PROGRESS_AUTO;
     const Fit f = FitOf(hints.get(), info.get());
-    EXPECT_EQ(f.result, -FI_ENODATA);
-    EXPECT_THAT(f.why, HasSubstr("FI_PROGRESS_AUTO"));
+    EXPECT_EQ(f.result, 0) << f.why;
+    EXPECT_EQ(info->domain_attr->data_progress, FI_PROGRESS_AUTO);
+    EXPECT_EQ(info->domain_attr->control_progress, FI_PROGRESS_AUTO);
   }
 }
 

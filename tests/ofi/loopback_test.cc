@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -168,6 +169,9 @@ class Loopback : public ::testing::Test {
   // through the provider's chunk buffers (0).
   virtual const char* ZeroCopy() const { return "1"; }
 
+  // The progress model asked for (FI_PROGRESS_AUTO: the domain's own thread progresses).
+  virtual fi_progress Progress() const { return FI_PROGRESS_MANUAL; }
+
   void SetUp() override {
     setenv("FI_METAROCE_ZERO_COPY", ZeroCopy(), 1);  // read by fi_fabric
     ASSERT_NE(getenv("FI_PROVIDER_PATH"), nullptr)
@@ -177,8 +181,8 @@ class Loopback : public ::testing::Test {
     hints->caps = FI_MSG | FI_TAGGED | FI_RMA | FI_DIRECTED_RECV;
     hints->ep_attr->type = FI_EP_RDM;
     hints->domain_attr->mr_mode = MrMode();
-    hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
-    hints->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+    hints->domain_attr->data_progress = Progress();
+    hints->domain_attr->control_progress = Progress();
     hints->tx_attr->msg_order = FI_ORDER_SAS;
     hints->rx_attr->msg_order = FI_ORDER_SAS;
     hints->fabric_attr->prov_name = strdup("metaroce");
@@ -725,6 +729,33 @@ TEST_F(LoopbackCopied, RendezvousWriteDataLandsInTheRegion) {
   EXPECT_EQ(t.e.err, 0);
   EXPECT_EQ(t.e.data, 0x5555u);
   ExpectWritten(data, 5);
+}
+
+// ---- FI_PROGRESS_AUTO ---------------------------------------------------------------------------
+
+class LoopbackAuto : public LoopbackRma {
+ protected:
+  fi_progress Progress() const override { return FI_PROGRESS_AUTO; }
+};
+
+TEST_F(LoopbackAuto, DomainTakesAutoProgress) {
+  EXPECT_EQ(info_->domain_attr->data_progress, FI_PROGRESS_AUTO);
+}
+
+TEST_F(LoopbackAuto, RendezvousWriteLandsWithoutAnyProgressCall) {
+  // No fi_cq_read, no counter read: only the domain's progress thread moves the write (its
+  // request, the target's requests for chunks, the chunks) while this thread watches memory.
+  const std::vector<uint8_t> data = Pattern(1 << 20, 31);
+  fi_context wctx{};
+  ASSERT_EQ(fi_write(a_.ep, data.data(), data.size(), nullptr, a_.peer, base_ + 64, key_, &wctx),
+            0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!std::equal(data.begin(), data.end(), target_.begin() + 64) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ExpectWritten(data, 64);
+  EXPECT_EQ(WaitOne(a_.tx).e.err, 0);
 }
 
 // ---- FI_MR_LOCAL --------------------------------------------------------------------------------
