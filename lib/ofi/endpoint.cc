@@ -568,14 +568,13 @@ void Endpoint::ReturnCredits(Link& link) {
   SendMessage(link, h, nullptr, 0, 0, nullptr, /*control=*/true);
 }
 
-ssize_t Endpoint::Send(const IoList& data, void** desc, fi_addr_t dest, void* context,
-                       uint64_t flags, bool tagged, uint64_t tag, uint64_t cq_data) {
+ssize_t Endpoint::CheckTransmit(const IoList& data, void** desc, fi_addr_t dest, uint64_t flags,
+                                Peer** peer) {
   if (manager_ == nullptr) return -FI_EOPBADSTATE;
   if (data.iov.size() > kIovLimit) return -FI_EINVAL;
-  const bool inject = (flags & FI_INJECT) != 0;
-  if (inject && data.length > domain_.settings().inject_size) return -FI_EMSGSIZE;
+  if ((flags & FI_INJECT) && data.length > domain_.settings().inject_size) return -FI_EMSGSIZE;
   if (data.length > kMaxMessageSize) return -FI_EMSGSIZE;
-  if ((domain_.mr_mode() & FI_MR_LOCAL) && !inject) {
+  if ((domain_.mr_mode() & FI_MR_LOCAL) && !(flags & FI_INJECT)) {
     for (size_t i = 0; i < data.iov.size(); ++i) {
       if (data.iov[i].iov_len == 0) continue;
       if (desc == nullptr ||
@@ -585,81 +584,58 @@ ssize_t Endpoint::Send(const IoList& data, void** desc, fi_addr_t dest, void* co
     }
   }
   int err = 0;
-  Peer* peer = PeerOf(dest, err);
-  if (peer == nullptr) return err;
+  *peer = PeerOf(dest, err);
+  if (*peer == nullptr) return err;
   if (tx_outstanding_ >= kQueueSize) return -FI_EAGAIN;
-  auto* op = new TxOp;
-  op->kind = TxOp::Kind::kMessage;
-  op->context = context;
-  op->cq_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
-  op->report = !inject && (!selective_tx_ || (flags & FI_COMPLETION));
-  op->tagged = tagged;
-  op->tag = tag;
-  op->data = cq_data;
-  op->has_data = (flags & FI_REMOTE_CQ_DATA) != 0;
+  return 0;
+}
+
+void Endpoint::Launch(Peer& peer, TxOp* op, const IoList& data, uint64_t flags) {
   op->src = data;
-  if (inject) {
+  op->report = !(flags & FI_INJECT) && (!selective_tx_ || (flags & FI_COMPLETION));
+  op->has_data = (flags & FI_REMOTE_CQ_DATA) != 0;
+  if (flags & FI_INJECT) {
     op->copy.resize(data.length);
     data.CopyOut(0, op->copy.data(), data.length);
   }
   ++tx_outstanding_;
-  if (peer->self) {
+  if (peer.self) {
     DeliverSelf(op);
-    return 0;
+  } else if (peer.link == nullptr) {
+    peer.waiting.push_back(op);
+    Connect(peer);
+  } else {
+    StartOp(peer, op);
   }
-  if (peer->link == nullptr) {
-    peer->waiting.push_back(op);
-    Connect(*peer);
-    return 0;
-  }
-  StartOp(*peer, op);
+}
+
+ssize_t Endpoint::Send(const IoList& data, void** desc, fi_addr_t dest, void* context,
+                       uint64_t flags, bool tagged, uint64_t tag, uint64_t cq_data) {
+  Peer* peer = nullptr;
+  if (const ssize_t r = CheckTransmit(data, desc, dest, flags, &peer); r != 0) return r;
+  auto* op = new TxOp;
+  op->kind = TxOp::Kind::kMessage;
+  op->context = context;
+  op->cq_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
+  op->tagged = tagged;
+  op->tag = tag;
+  op->data = cq_data;
+  Launch(*peer, op, data, flags);
   return 0;
 }
 
 ssize_t Endpoint::Write(const IoList& data, void** desc, fi_addr_t dest, uint64_t addr,
                         uint64_t key, void* context, uint64_t flags, uint64_t cq_data) {
-  if (manager_ == nullptr) return -FI_EOPBADSTATE;
-  if (data.iov.size() > kIovLimit) return -FI_EINVAL;
-  const bool inject = (flags & FI_INJECT) != 0;
-  if (inject && data.length > domain_.settings().inject_size) return -FI_EMSGSIZE;
-  if ((domain_.mr_mode() & FI_MR_LOCAL) && !inject) {
-    for (size_t i = 0; i < data.iov.size(); ++i) {
-      if (data.iov[i].iov_len == 0) continue;
-      if (desc == nullptr ||
-          !domain_.CoversLocal(desc[i], data.iov[i].iov_base, data.iov[i].iov_len)) {
-        return -FI_EACCES;
-      }
-    }
-  }
-  int err = 0;
-  Peer* peer = PeerOf(dest, err);
-  if (peer == nullptr) return err;
-  if (tx_outstanding_ >= kQueueSize) return -FI_EAGAIN;
+  Peer* peer = nullptr;
+  if (const ssize_t r = CheckTransmit(data, desc, dest, flags, &peer); r != 0) return r;
   auto* op = new TxOp;
   op->kind = TxOp::Kind::kWrite;
   op->context = context;
   op->cq_flags = FI_RMA | FI_WRITE;
-  op->report = !inject && (!selective_tx_ || (flags & FI_COMPLETION));
   op->data = cq_data;
-  op->has_data = (flags & FI_REMOTE_CQ_DATA) != 0;
-  op->src = data;
   op->rma_addr = addr;
   op->rma_key = key;
-  if (inject) {
-    op->copy.resize(data.length);
-    data.CopyOut(0, op->copy.data(), data.length);
-  }
-  ++tx_outstanding_;
-  if (peer->self) {
-    DeliverSelf(op);
-    return 0;
-  }
-  if (peer->link == nullptr) {
-    peer->waiting.push_back(op);
-    Connect(*peer);
-    return 0;
-  }
-  StartOp(*peer, op);
+  Launch(*peer, op, data, flags);
   return 0;
 }
 

@@ -99,6 +99,13 @@ class Endpoint {
   Peer& PeerAt(const EndpointAddress::Bytes& address);
   Peer* PeerOf(fi_addr_t addr, int& err);
   void Connect(Peer& peer);
+  // A transmit's checks (iov limit, inject size, FI_MR_LOCAL descriptors, queue room) and its
+  // peer: 0, or the -FI_E* the call returns.
+  ssize_t CheckTransmit(const IoList& data, void** desc, fi_addr_t dest, uint64_t flags,
+                        Peer** peer);
+  // Takes `op` to its peer (its bytes copied first for FI_INJECT): delivered here when the peer
+  // is this endpoint, queued while the peer's connection is being made, or started.
+  void Launch(Peer& peer, TxOp* op, const IoList& data, uint64_t flags);
   void AttachLink(ConnectionManager::Result r);
   void FailPeer(Peer& peer, const absl::Status& why, core::WcStatus status);
   void FailLink(Link& link, core::WcStatus status);
