@@ -10,6 +10,7 @@
 #include "lib/ofi/objects.h"
 
 namespace metaroce::ofi {
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

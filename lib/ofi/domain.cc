@@ -111,6 +111,7 @@ Domain::~Domain() {
 
 bool Domain::Progress() {
   bool work = context_->Poll();
+  bool handled = false;
   for (Endpoint* ep : endpoints_) ep->TakeConnections();
   api::WorkCompletion wcs[64];
   for (api::CompletionQueue* cq : {send_cq_.get(), recv_cq_.get()}) {
@@ -118,7 +119,7 @@ bool Domain::Progress() {
       const size_t n = cq->Poll(wcs);
       for (size_t i = 0; i < n; ++i) {
         auto it = connections_.find(wcs[i].conn_id);
-        work = true;
+        work = handled = true;
         if (it == connections_.end()) continue;  // of a connection already destroyed
         if (cq == send_cq_.get()) {
           it->second->OnSendCompletion(wcs[i]);
@@ -130,10 +131,13 @@ bool Domain::Progress() {
     }
   }
   for (Endpoint* ep : endpoints_) ep->RetryWaiting();
-  // Inline mode: what this progress posted (receives reposted, credits, the transport's ACKs of
-  // what arrived) goes out with the next Poll(): the application's answer to what it receives now
-  // then leaves before them (each packet costs this CPU its trip through the fabric, and the
-  // answer is what the peer waits for; docs/architecture.md, inline mode).
+  // Inline mode: out with what this progress posted (receives reposted, the protocol's own
+  // messages) and with the transport's ACKs of what arrived. The engine would hold those ACKs
+  // until the application's next post, so that an answer leaves before them; here that cost
+  // fi_pingpong's rendezvous sizes hundreds of retransmissions a second and failed them (a
+  // process preempted between two calls holds its ACKs for a scheduler tick, past the peer's
+  // probe timeouts). A ping-pong of 8 bytes pays ~2 us for it (docs/ofi.md).
+  if (handled) context_->Poll();
   return work;
 }
 

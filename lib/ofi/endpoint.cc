@@ -3,9 +3,11 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "lib/ofi/entry_points.h"
 
 namespace metaroce::ofi {
 
@@ -21,6 +23,7 @@ struct Endpoint::Link {
   std::deque<WrContext*> blocked;          // data waiting for a credit, in order
   std::deque<WrContext*> control_blocked;  // control messages waiting for room in the ring
   std::vector<WrContext*> slot_contexts;
+  uint64_t last_send_id = 0;  // of the peer's operations, the last that arrived
   bool failed = false;
 };
 
@@ -179,6 +182,21 @@ Endpoint::Endpoint(Domain& domain, const fi_info& info, void* context)
   directed_recv_ = (info.caps & FI_DIRECTED_RECV) != 0 &&
                    (info.rx_attr == nullptr || info.rx_attr->caps == 0 ||
                     (info.rx_attr->caps & FI_DIRECTED_RECV) != 0);
+}
+
+void Endpoint::Linger() {
+  // fi_close of an endpoint whose last sends are still unacknowledged, or whose ACKs of what it
+  // received last have not left (the engine delays and, inline, holds them), would leave its
+  // peers retransmitting into a closed connection until they fail RETRY_EXC_ERR (fi_pingpong's
+  // server failed that way when its client closed right after the last pong). So: progress until
+  // our sends are done (at most a second), then a few milliseconds more for the ACKs.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  while (tx_outstanding_ > 0 && Clock::now() - start < std::chrono::seconds(1)) {
+    domain_.Progress();
+  }
+  const Clock::time_point acks = Clock::now();
+  while (!links_.empty() && Clock::now() - acks < kLingerForAcks) domain_.Progress();
 }
 
 Endpoint::~Endpoint() {
@@ -423,6 +441,17 @@ void Endpoint::FailPeer(Peer& peer, const absl::Status& why, core::WcStatus stat
 
 void Endpoint::FailLink(Link& link, core::WcStatus status) {
   if (link.failed) return;
+  // What the transport saw, for whoever debugs it (FI_LOG_LEVEL=warn).
+  if (absl::StatusOr<api::ConnectionStats> st = link.conn->Stats(); st.ok()) {
+    const core::ConnectionCounters& c = st->counters;
+    Warn(absl::StrCat("connection ", link.conn_id, " to ", link.peer->address.ToString(),
+                      " failed: ", std::string(core::StatusName(status)), "; data packets sent ", c.sent_pkts,
+                      " (retransmitted ", c.retransmits, ": by timeout ", c.timeout_retransmits,
+                      ", tail probes ", c.tail_probes, ", gaps ", c.gap_retransmits,
+                      "), received ", c.rcvd_pkts, " (duplicates ", c.duplicate_request,
+                      "), ACKs sent ", c.acks_sent, " received ", c.acks_rcvd, ", probes ",
+                      c.probes_sent, ", RNR NAKs received ", c.rcvd_rnr_err));
+  }
   link.failed = true;
   Peer& peer = *link.peer;
   if (peer.link == &link) peer.link = nullptr;
@@ -757,6 +786,7 @@ ssize_t Endpoint::Recv(const IoList& buf, void** desc, fi_addr_t src, void* cont
     tag = 0;
     ignore = ~uint64_t{0};
   }
+  ResolveUnknownSources();
   PostedReceive pr{tag, ignore, source, nullptr};
 
   if (flags & FI_PEEK) {
@@ -910,6 +940,17 @@ void Endpoint::OnRecvCompletion(const api::WorkCompletion& wc) {
 }
 
 void Endpoint::OnMessage(Link& link, const MessageHeader& h, std::span<const std::byte> payload) {
+  if (h.kind == MessageKind::kEager || h.kind == MessageKind::kRts ||
+      h.kind == MessageKind::kWrite || h.kind == MessageKind::kWriteRts) {
+    // A peer numbers its operations in the order it starts them, and a link delivers them in
+    // that order: anything else is a transport fault worth shouting about.
+    if (h.send_id <= link.last_send_id) {
+      Warn(absl::StrCat("connection ", link.conn_id, ": operation ", h.send_id, " after ",
+                        link.last_send_id, " (kind ", static_cast<int>(h.kind), ", tag 0x",
+                        absl::Hex(h.tag), ", ", h.length, " bytes): out of order"));
+    }
+    link.last_send_id = h.send_id;
+  }
   switch (h.kind) {
     case MessageKind::kEager:
     case MessageKind::kRts: {
@@ -994,6 +1035,20 @@ void Endpoint::OnMessage(Link& link, const MessageHeader& h, std::span<const std
     }
     case MessageKind::kCredit:
       return;
+  }
+}
+
+void Endpoint::ResolveUnknownSources() {
+  if (av_ == nullptr || resolved_generation_ == av_->generation) return;
+  resolved_generation_ = av_->generation;
+  for (MatchQueue* q : {&tagged_, &untagged_}) {
+    q->ResolveUnknownSources([this](void* handle) -> uint64_t {
+      auto* a = static_cast<Arrival*>(handle);
+      if (a->link == nullptr) return a->source;
+      a->source = SourceOf(*a->link);
+      a->src_addr = a->source;
+      return a->source;
+    });
   }
 }
 

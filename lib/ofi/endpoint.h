@@ -18,6 +18,7 @@
 // tries a new connection. Every method requires the domain's lock.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -57,6 +58,11 @@ class Endpoint {
 
   Endpoint(Domain& domain, const fi_info& info, void* context);
   ~Endpoint();
+
+  // Before closing: progress until this endpoint's sends complete (at most 1 s), then
+  // kLingerForAcks more, so that the transport's ACKs of what it received last leave.
+  void Linger();
+  static constexpr std::chrono::milliseconds kLingerForAcks{5};
 
   // fi_ep_bind's targets.
   int Bind(struct fid* bfid, uint64_t flags);
@@ -126,6 +132,9 @@ class Endpoint {
   void PostSlots(Link& link);
   void OnMessage(Link& link, const MessageHeader& h, std::span<const std::byte> payload);
   void Deliver(Arrival* a, RxOp* rx);
+  // Unexpected messages that came before their sender was in the address vector get their
+  // source now (once per change of the address vector).
+  void ResolveUnknownSources();
   void StartRendezvous(RndvRecv* r);
   void RequestChunks(RndvRecv* r);
   void FinishRendezvous(RndvRecv* r);
@@ -175,6 +184,7 @@ class Endpoint {
   MatchQueue untagged_;
   uint64_t next_send_id_ = 1;
   uint32_t next_chunk_id_ = 1;
+  uint64_t resolved_generation_ = 0;  // of the AV, when unknown sources were last resolved
   bool links_waiting_ = false;  // a link holds work back (RetryWaiting drains them)
   size_t tx_outstanding_ = 0;
   size_t rx_posted_ = 0;

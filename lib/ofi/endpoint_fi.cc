@@ -21,6 +21,7 @@ int Close(fid* f) {
   Domain& d = ep->domain();
   {
     std::lock_guard<std::mutex> lock(d.mu);
+    ep->Linger();
     d.RemoveEndpoint(ep);
     delete ep;
   }

@@ -27,7 +27,7 @@ struct PostedReceive {
 
 struct ArrivedMessage {
   uint64_t tag = 0;
-  uint64_t source = 0;
+  uint64_t source = 0;  // kAnySource: not known (yet); only receives from any source take it
   void* handle = nullptr;
 };
 
@@ -84,6 +84,17 @@ class MatchQueue {
       }
     }
     return false;
+  }
+
+  // Messages whose source was unknown when they arrived (kAnySource: the sender was not yet in
+  // the address vector) get `resolve(handle)` as their source now, so that a directed receive
+  // posted since then finds them in arrival order (an MPI library inserts a peer's address on
+  // first use, which can be after that peer's first message arrived).
+  template <typename Resolve>
+  void ResolveUnknownSources(Resolve resolve) {
+    for (ArrivedMessage& m : unexpected_) {
+      if (m.source == kAnySource) m.source = resolve(m.handle);
+    }
   }
 
   const std::list<PostedReceive>& posted() const { return posted_; }

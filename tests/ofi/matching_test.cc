@@ -107,5 +107,27 @@ TEST(MatchQueue, RemoveUnexpectedRemovesThatMessageOnly) {
   EXPECT_EQ(q.unexpected().front().handle, &h1);
 }
 
+TEST(MatchQueue, MessageOfAnUnknownSourceKeepsItsPlaceOnceResolved) {
+  // Two messages from source 4, the first before 4 was known (an MPI library inserts a peer's
+  // address on first use): a directed receive must get the first, not overtake it.
+  MatchQueue q;
+  q.AddUnexpected({7, kAnySource, &h1});
+  q.AddUnexpected({7, 4, &h2});
+  const PostedReceive directed{7, 0, 4, nullptr};
+  q.ResolveUnknownSources([](void* handle) -> uint64_t { return handle == &h1 ? 4 : 99; });
+  std::optional<ArrivedMessage> m = q.FindMessageFor(directed, false);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->handle, &h1);
+  EXPECT_EQ(q.unexpected().front().handle, &h2);
+  EXPECT_EQ(q.unexpected().front().source, 4u);  // a known source is left alone
+}
+
+TEST(MatchQueue, MessageOfAnUnknownSourceGoesOnlyToAReceiveFromAnySource) {
+  MatchQueue q;
+  q.AddUnexpected({7, kAnySource, &h1});
+  EXPECT_FALSE(q.FindMessageFor({7, 0, 4, nullptr}, true).has_value());
+  EXPECT_TRUE(q.FindMessageFor({7, 0, kAnySource, nullptr}, true).has_value());
+}
+
 }  // namespace
 }  // namespace metaroce::ofi
