@@ -88,9 +88,10 @@ absl::StatusOr<std::unique_ptr<Domain>> Domain::Open(Fabric& fabric, const fi_in
       *d->context_, kHeaderBytes + d->settings_.eager_size, 64, size_t{1} << 20);
   d->chunk_pool_ =
       std::make_unique<BufferPool>(*d->context_, d->settings_.chunk_size, 8, size_t{1} << 16);
-  if (info.domain_attr->data_progress == FI_PROGRESS_AUTO) {
+  const bool auto_progress = info.domain_attr->data_progress == FI_PROGRESS_AUTO;
+  if (auto_progress || d->context_->is_inline()) {
     Domain* self = d.get();
-    d->progress_thread_ = std::thread([self] { self->ProgressLoop(); });
+    d->progress_thread_ = std::thread([self, auto_progress] { self->ProgressLoop(!auto_progress); });
   }
   return d;
 }
@@ -110,6 +111,8 @@ Domain::~Domain() {
 }
 
 bool Domain::Progress() {
+  last_progress_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                          std::memory_order_relaxed);
   bool work = context_->Poll();
   bool handled = false;
   for (Endpoint* ep : endpoints_) ep->TakeConnections();
@@ -141,14 +144,21 @@ bool Domain::Progress() {
   return work;
 }
 
-void Domain::ProgressLoop() {
+void Domain::ProgressLoop(bool only_when_idle) {
+  using Clock = std::chrono::steady_clock;
   while (!stop_.load(std::memory_order_relaxed)) {
+    if (only_when_idle) {
+      std::this_thread::sleep_for(kWatchdogIdle / 2);
+      const Clock::duration idle = Clock::now().time_since_epoch() -
+                                   Clock::duration(last_progress_ns_.load(std::memory_order_relaxed));
+      if (idle < kWatchdogIdle) continue;
+    }
     bool work;
     {
       std::lock_guard<std::mutex> lock(mu);
       work = Progress();
     }
-    if (!work) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (!only_when_idle && !work) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 

@@ -450,7 +450,13 @@ void Endpoint::FailLink(Link& link, core::WcStatus status) {
                       ", tail probes ", c.tail_probes, ", gaps ", c.gap_retransmits,
                       "), received ", c.rcvd_pkts, " (duplicates ", c.duplicate_request,
                       "), ACKs sent ", c.acks_sent, " received ", c.acks_rcvd, ", probes ",
-                      c.probes_sent, ", RNR NAKs received ", c.rcvd_rnr_err));
+                      c.probes_sent, ", RNR NAKs received ", c.rcvd_rnr_err, "; provider: credits ",
+                      link.credits, ", owed ", link.to_return, ", held back ", link.blocked.size(),
+                      "+", link.control_blocked.size(), ", ops ", tx_by_id_.size(),
+                      ", rendezvous receives ", rendezvous_.size(), ", chunks asked ",
+                      chunks_.size(), ", waiting for a chunk buffer ", waiting_chunks_.size(),
+                      ", sends outstanding in the engine ", st->outstanding_sends,
+                      ", receives posted ", st->posted_receives));
   }
   link.failed = true;
   Peer& peer = *link.peer;
