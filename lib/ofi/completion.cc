@@ -229,6 +229,7 @@ int OpenCq(fid_domain* dom, fi_cq_attr* attr, fid_cq** out, void* context) {
   cq->fid.fid.ops = &kCqFidOps;
   cq->fid.ops = &kCqOps;
   cq->domain = d;
+  cq->delivered = &d->delivered;
   cq->format = format;
   ++d->refs;
   *out = &cq->fid;

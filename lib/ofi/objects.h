@@ -71,7 +71,11 @@ struct Cq {
   fi_cq_format format = FI_CQ_FORMAT_CONTEXT;
   std::deque<CqEntry> entries;  // guarded by domain->mu
   std::atomic<int> refs{0};     // endpoints bound
-  void Push(const CqEntry& e) { entries.push_back(e); }
+  void Push(const CqEntry& e) {
+    entries.push_back(e);
+    ++*delivered;
+  }
+  uint64_t* delivered = nullptr;  // the domain's count of entries given to the application
 };
 
 struct Cntr {
@@ -150,6 +154,7 @@ class Domain {
   bool registers_any_memory() const { return !context_->is_attached() && settings_.zero_copy; }
   uint32_t api_version() const { return api_version_; }
   std::atomic<int> refs{0};  // objects opened on it
+  uint64_t delivered = 0;    // completion entries given to the application (its CQs), ever
 
  private:
   Domain() = default;
