@@ -14,7 +14,11 @@ every process in embedded mode on pl0,pl1 with the engine in the application's p
   (d) allreduce_check again with 1 % loss on every spine of plane 0 (MetaRoCE's UDP port only, so
       that Open MPI's TCP out-of-band channel is untouched), then with spine 1 of both planes
       blackholed mid-run: each completes with 0 errors, and each fault is proved by its
-      program's counters (harness.SpineFault: a fault that dropped nothing fails the run).
+      program's counters (harness.SpineFault: a fault that dropped nothing fails the run);
+  (e) with METAROCED and MRCTL given: a metaroced on hosts 0 and 1 (socket_group nogroup), and
+      fi_pingpong -c in attached mode (FI_METAROCE_MODE=attached, the daemon's socket) as user
+      nobody, without privileges: 64 B and 1 MiB (rendezvous through the provider's buffers),
+      messages and tagged, both ends exit 0.
 An embedded process killed by a signal leaves its XDP program on pl0/pl1 (and the next one's
 fi_domain fails): XDP is cleared on every host before each run and after one that failed.
 
@@ -23,7 +27,7 @@ test's directory with this fabric's namespaces: netns-rsh takes the first namesp
 address, which may belong to another fabric up at the same time (every fabric numbers its hosts
 alike).
 
-usage: fabric_test.py MRFABRIC ALLREDUCE_CHECK
+usage: fabric_test.py MRFABRIC ALLREDUCE_CHECK [METAROCED MRCTL]
 Environment: FI_PROVIDER_PATH (the provider's directory, build/lib/ofi); fi_pingpong, mpirun and
 NPopenmpi from PATH (Debian's libfabric-bin, openmpi-bin, netpipe-openmpi).
 exit 0 pass, 1 fail, 77 skip (not root, no netns, a program missing)
@@ -71,10 +75,11 @@ def write_agent(tmp, fabric):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 5):
         sys.stderr.write(__doc__)
         return 2
-    mrfabric, allreduce_check = (os.path.abspath(a) for a in sys.argv[1:])
+    mrfabric, allreduce_check = (os.path.abspath(a) for a in sys.argv[1:3])
+    daemon_bins = [os.path.abspath(a) for a in sys.argv[3:5]]
     if not (harness.have_root() and harness.have_netns() and
             harness.have_tools("fi_pingpong", "mpirun", "NPopenmpi")):
         return harness.SKIP
@@ -181,6 +186,37 @@ def main():
             end_leftovers()
         return f.check(ok, "(a) fi_pingpong %s -S all -c: client and server exit 0" % mode)
 
+    def attached_pingpong(daemons, mode, size):
+        """fi_pingpong through each host's metaroced, as user nobody (no privileges)."""
+        label = "attached_%s_%d" % (mode, size)
+        common = ["fi_pingpong", "-p", "metaroce", "-e", "rdm", "-I", "20", "-S", str(size),
+                  "-c"] + (["-m", "tagged"] if mode == "tagged" else [])
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        sout, cout = (os.path.join(tmp, "%s_%s.out" % (label, s)) for s in ("server", "client"))
+        print("== %s: %s [%s], as nobody, attached" % (label, " ".join(common), addr(1)),
+              flush=True)
+
+        def run(h, cmd, out):
+            e = dict(env, FI_METAROCE_MODE="attached", FI_METAROCE_SOCKET=daemons.sock[h])
+            return subprocess.Popen(["ip", "netns", "exec", fabric.ns(h)] + nobody + cmd,
+                                    stdout=out, stderr=subprocess.STDOUT, env=e,
+                                    start_new_session=True)
+        with open(sout, "w") as so, open(cout, "w") as co:
+            server = run(1, common, so)
+            try:
+                time.sleep(1.0)  # the server's control port
+                client = run(0, common + [addr(1)], co)
+                crc = end_group(client)
+                src = end_group(server, timeout=30)
+            finally:
+                harness.kill_all([server])
+        ok = crc == 0 and src == 0
+        if not ok:
+            print("client exit %s, server exit %s\n--- client:\n%s\n--- server:\n%s" %
+                  (crc, src, tail(cout), tail(sout)))
+        return f.check(ok, "(e) attached, as nobody: fi_pingpong %s %d B -c: both exit 0" %
+                       (mode, size))
+
     def mpirun(label, hosts, program, out_path, timeout=RUN_TIMEOUT_S):
         cmd = ["mpirun", "--bind-to", "none", "--mca", "plm_rsh_agent", netns_rsh,
                "--host", ",".join(addr(h) for h in hosts), "-np", str(len(hosts)),
@@ -261,6 +297,21 @@ def main():
                   BLACKHOLE_ITERS,
                   harness.SpineFault(fabric, 1, "blackhole", "on", udp_dport=METAROCE_PORT,
                                      delay_s=BLACKHOLE_AFTER_S))
+        if daemon_bins:
+            clear_xdp()
+            os.chmod(tmp, 0o755)  # user nobody reaches the daemons' sockets through it
+            conf = os.path.join(tmp, "metaroced.conf")
+            with open(conf, "w") as fh:
+                fh.write("[daemon]\nsocket_group = nogroup\n")
+            daemons = harness.Daemons(daemon_bins[0], daemon_bins[1], fabric.ns, tmp,
+                                      config=conf)
+            try:
+                daemons.start_all()
+                for mode in ("msg", "tagged"):
+                    for size in (64, 1048576):
+                        attached_pingpong(daemons, mode, size)
+            finally:
+                daemons.terminate_all()
     except harness.ABORTS as e:
         f.abort(e)
     finally:
