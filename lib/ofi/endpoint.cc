@@ -709,21 +709,15 @@ void Endpoint::StartOp(Peer& peer, TxOp* op) {
     std::erase(peer.active, op);
     --tx_outstanding_;
     DeleteOp(op);
-    return;
-  }
-  if (!op->report && op->kind == TxOp::Kind::kMessage && eager) {
-    // FI_INJECT (or no completion wanted): the bytes are ours now; nothing to report later but
-    // the counter.
   }
 }
 
 void Endpoint::DeliverSelf(TxOp* op) {
   // A message to this very endpoint: matched and copied here; nothing crosses the fabric.
   const uint64_t len = op->copy.empty() ? op->src.length : op->copy.size();
-  std::vector<std::byte> bytes(len);
-  if (!op->copy.empty()) {
-    bytes = op->copy;
-  } else {
+  std::vector<std::byte> bytes = op->copy;
+  if (op->copy.empty()) {
+    bytes.resize(len);
     op->src.CopyOut(0, bytes.data(), len);
   }
   int err = 0;
