@@ -84,13 +84,17 @@ void ConnectionManager::Connect(const EndpointAddress& peer) {
 }
 
 std::vector<ConnectionManager::Result> ConnectionManager::TakeResults() {
+  // Called on every progress; results are rare: no lock while there are none.
+  if (!has_results_.load(std::memory_order_acquire)) return {};
   std::lock_guard<std::mutex> lock(mu_);
+  has_results_.store(false, std::memory_order_relaxed);
   return std::exchange(results_, {});
 }
 
 void ConnectionManager::Deliver(Result r) {
   std::lock_guard<std::mutex> lock(mu_);
   results_.push_back(std::move(r));
+  has_results_.store(true, std::memory_order_release);
 }
 
 void ConnectionManager::AcceptLoop() {

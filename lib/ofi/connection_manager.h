@@ -20,6 +20,7 @@
 // not taken are destroyed (their connections closed).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -85,6 +86,7 @@ class ConnectionManager {
   bool stop_ = false;
   std::deque<EndpointAddress> requests_;
   std::vector<Result> results_;
+  std::atomic<bool> has_results_{false};  // results_ is not empty (read without mu_)
   std::thread acceptor_;
   std::thread connector_;
 };

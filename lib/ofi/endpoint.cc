@@ -347,7 +347,15 @@ Endpoint::Peer* Endpoint::PeerOf(fi_addr_t addr, int& err) {
     err = -FI_EINVAL;
     return nullptr;
   }
-  return &PeerAt(av_->entries[addr]);
+  // Every send names its peer by fi_addr: a vector by fi_addr, rebuilt when the AV changes,
+  // spares it hashing the 60-byte address (and allocating the key) each time.
+  if (peer_by_addr_generation_ != av_->generation) {
+    peer_by_addr_.assign(av_->entries.size(), nullptr);
+    peer_by_addr_generation_ = av_->generation;
+  }
+  Peer*& p = peer_by_addr_[addr];
+  if (p == nullptr) p = &PeerAt(av_->entries[addr]);
+  return p;
 }
 
 fi_addr_t Endpoint::FiAddrOf(const EndpointAddress::Bytes& bytes) const {
@@ -375,7 +383,7 @@ void Endpoint::TakeConnections() {
     Peer& peer = PeerAt(r.peer);
     if (!r.status.ok()) {
       peer.connecting = false;
-      if (peer.link == nullptr) FailPeer(peer, r.status, core::WcStatus::kRetryExcErr);
+      if (peer.link == nullptr) FailPeer(peer, r.status);
       continue;
     }
     AttachLink(std::move(r));
@@ -428,13 +436,12 @@ void Endpoint::PostSlots(Link& link) {
   }
 }
 
-void Endpoint::FailPeer(Peer& peer, const absl::Status& why, core::WcStatus status) {
-  (void)why;
+void Endpoint::FailPeer(Peer& peer, const absl::Status& why) {
+  Warn(std::string(why.message()));
   std::deque<TxOp*> waiting = std::exchange(peer.waiting, {});
   for (TxOp* op : waiting) {
     --tx_outstanding_;
-    CompleteTx(op, ErrorOfStatus(status) == FI_ETIMEDOUT ? FI_EHOSTUNREACH : ErrorOfStatus(status),
-               status);
+    CompleteTx(op, FI_EHOSTUNREACH, core::WcStatus::kRetryExcErr);
     DeleteOp(op);
   }
 }
@@ -954,30 +961,36 @@ void Endpoint::OnMessage(Link& link, const MessageHeader& h, std::span<const std
   switch (h.kind) {
     case MessageKind::kEager:
     case MessageKind::kRts: {
-      auto* a = new Arrival;
-      a->tagged = (h.flags & header_flags::kTagged) != 0;
-      a->tag = a->tagged ? h.tag : 0;
-      a->data = h.data;
-      a->has_data = (h.flags & header_flags::kRemoteData) != 0;
-      a->source = SourceOf(link);
-      a->src_addr = a->source;
-      a->length = h.length;
-      a->link = &link;
-      a->send_id = h.send_id;
-      if (h.kind == MessageKind::kEager) {
-        const size_t n = std::min<size_t>(h.length, payload.size());
-        a->payload.assign(payload.begin(), payload.begin() + n);
-        a->length = n;
-      } else {
-        a->rendezvous = true;
+      Arrival a;
+      a.tagged = (h.flags & header_flags::kTagged) != 0;
+      a.tag = a.tagged ? h.tag : 0;
+      a.data = h.data;
+      a.has_data = (h.flags & header_flags::kRemoteData) != 0;
+      a.source = SourceOf(link);
+      a.src_addr = a.source;
+      a.length = h.length;
+      a.link = &link;
+      a.send_id = h.send_id;
+      a.rendezvous = h.kind == MessageKind::kRts;
+      if (!a.rendezvous) {
+        payload = payload.first(std::min<size_t>(h.length, payload.size()));
+        a.length = payload.size();
       }
-      MatchQueue& q = a->tagged ? tagged_ : untagged_;
-      std::optional<PostedReceive> r = q.TakeReceiveFor(a->tag, a->source);
+      MatchQueue& q = a.tagged ? tagged_ : untagged_;
+      std::optional<PostedReceive> r = q.TakeReceiveFor(a.tag, a.source);
+      if (r && !a.rendezvous) {
+        // Expected: straight from the receive slot into the application's buffer.
+        --rx_posted_;
+        DeliverEager(a, payload, static_cast<RxOp*>(r->handle));
+        return;
+      }
+      auto* kept = new Arrival(std::move(a));
+      if (!kept->rendezvous) kept->payload.assign(payload.begin(), payload.end());
       if (r) {
         --rx_posted_;
-        Deliver(a, static_cast<RxOp*>(r->handle));
+        Deliver(kept, static_cast<RxOp*>(r->handle));
       } else {
-        q.AddUnexpected({a->tag, a->source, a});
+        q.AddUnexpected({kept->tag, kept->source, kept});
       }
       return;
     }
@@ -1052,11 +1065,15 @@ void Endpoint::ResolveUnknownSources() {
   }
 }
 
+void Endpoint::DeliverEager(const Arrival& a, std::span<const std::byte> bytes, RxOp* rx) {
+  const size_t n = rx->dst.CopyIn(0, bytes.data(), bytes.size());
+  CompleteRx(rx, a, n, n < bytes.size() ? FI_ETRUNC : 0);
+  delete rx;
+}
+
 void Endpoint::Deliver(Arrival* a, RxOp* rx) {
   if (!a->rendezvous) {
-    const size_t n = rx->dst.CopyIn(0, a->payload.data(), a->payload.size());
-    CompleteRx(rx, *a, n, n < a->payload.size() ? FI_ETRUNC : 0);
-    delete rx;
+    DeliverEager(*a, a->payload, rx);
     delete a;
     return;
   }

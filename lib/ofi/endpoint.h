@@ -113,7 +113,9 @@ class Endpoint {
   // is this endpoint, queued while the peer's connection is being made, or started.
   void Launch(Peer& peer, TxOp* op, const IoList& data, uint64_t flags);
   void AttachLink(ConnectionManager::Result r);
-  void FailPeer(Peer& peer, const absl::Status& why, core::WcStatus status);
+  // The peer's connection could not be made: logs why, and its waiting operations complete with
+  // FI_EHOSTUNREACH (prov_errno RETRY_EXC_ERR).
+  void FailPeer(Peer& peer, const absl::Status& why);
   void FailLink(Link& link, core::WcStatus status);
 
   // Sending on a link: a Send of `header` and `payload` (copied into an eager buffer, or
@@ -131,7 +133,9 @@ class Endpoint {
   // Receive side.
   void PostSlots(Link& link);
   void OnMessage(Link& link, const MessageHeader& h, std::span<const std::byte> payload);
+  // A matched message to its receive (frees both); an eager one's bytes copied in.
   void Deliver(Arrival* a, RxOp* rx);
+  void DeliverEager(const Arrival& a, std::span<const std::byte> bytes, RxOp* rx);
   // Unexpected messages that came before their sender was in the address vector get their
   // source now (once per change of the address vector).
   void ResolveUnknownSources();
@@ -175,6 +179,8 @@ class Endpoint {
   std::unique_ptr<ConnectionManager> manager_;
 
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_;
+  std::vector<Peer*> peer_by_addr_;        // by fi_addr (PeerOf), for the AV's generation
+  uint64_t peer_by_addr_generation_ = 0;
   absl::flat_hash_map<uint32_t, std::unique_ptr<Link>> links_;  // by local connection id
   absl::flat_hash_map<uint64_t, TxOp*> tx_by_id_;               // ops a peer may name
   absl::flat_hash_map<uint32_t, Chunk*> chunks_;                // by immediate

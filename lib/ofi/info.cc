@@ -82,7 +82,6 @@ fi_info* ProviderInfo(uint32_t version, const Settings& s, const std::string& do
   info->fabric_attr->name = strdup(kFabricName);
   info->fabric_attr->prov_version = kProviderVersion;
   info->fabric_attr->api_version = version;
-  (void)s;
   return info;
 }
 

@@ -51,7 +51,7 @@ struct Settings {
   uint32_t connect_timeout_ms = 5000;
   bool zero_copy = true;  // embedded: rendezvous writes from and into the application's buffers
 
-  // One parameter: its name (lowercase, without FI_METAROCE_), its help, its default as text.
+  // One parameter: its name (lowercase, without FI_METAROCE_) and its help (with its default).
   struct Parameter {
     const char* name;
     const char* help;

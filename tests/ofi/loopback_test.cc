@@ -172,8 +172,13 @@ class Loopback : public ::testing::Test {
   // The progress model asked for (FI_PROGRESS_AUTO: the domain's own thread progresses).
   virtual fi_progress Progress() const { return FI_PROGRESS_MANUAL; }
 
+  // FI_METAROCE_ENGINE_THREADS: "0", the engine in the progress calls (and, while the test
+  // makes none, in the domain's watchdog thread), or "1", a thread of its own.
+  virtual const char* EngineThreads() const { return "0"; }
+
   void SetUp() override {
     setenv("FI_METAROCE_ZERO_COPY", ZeroCopy(), 1);  // read by fi_fabric
+    setenv("FI_METAROCE_ENGINE_THREADS", EngineThreads(), 1);
     ASSERT_NE(getenv("FI_PROVIDER_PATH"), nullptr)
         << "FI_PROVIDER_PATH must name the directory of libmetaroce-fi.so (meson sets it)";
     fi_info* hints = fi_allocinfo();
@@ -631,6 +636,24 @@ class LoopbackRma : public Loopback {
     EXPECT_EQ(target_[offset + data.size()], 0xee) << "a byte after the write changed";
   }
 
+  // Writes 1 MiB from A into B's region by rendezvous (its request, the target's requests for
+  // chunks, the chunks) and watches memory without calling into libfabric: only a thread of the
+  // domain's can move it. Then A's completion.
+  void ExpectWriteLandsWithoutProgressCalls() {
+    const std::vector<uint8_t> data = Pattern(1 << 20, 31);
+    fi_context wctx{};
+    ASSERT_EQ(fi_write(a_.ep, data.data(), data.size(), nullptr, a_.peer, base_ + 64, key_,
+                       &wctx),
+              0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!std::equal(data.begin(), data.end(), target_.begin() + 64) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ExpectWritten(data, 64);
+    EXPECT_EQ(WaitOne(a_.tx).e.err, 0);
+  }
+
   static constexpr size_t kTarget = (1 << 20) + 4096;
   std::vector<uint8_t> target_;
   fid_mr* mr_ = nullptr;
@@ -733,9 +756,18 @@ TEST_F(LoopbackCopied, RendezvousWriteDataLandsInTheRegion) {
 
 // ---- FI_PROGRESS_AUTO ---------------------------------------------------------------------------
 
+TEST_F(LoopbackRma, InlineEngineMovesAWriteWhileTheApplicationIsAway) {
+  // Manual progress, the engine inline: the watchdog progresses the domain after 500 us without
+  // a call (an application blocked on a socket still answers its peers).
+  ExpectWriteLandsWithoutProgressCalls();
+}
+
 class LoopbackAuto : public LoopbackRma {
  protected:
   fi_progress Progress() const override { return FI_PROGRESS_AUTO; }
+  // An engine thread of its own: the watchdog (inline engines only) is then not there, and only
+  // FI_PROGRESS_AUTO's thread runs the provider's protocol.
+  const char* EngineThreads() const override { return "1"; }
 };
 
 TEST_F(LoopbackAuto, DomainTakesAutoProgress) {
@@ -743,19 +775,7 @@ TEST_F(LoopbackAuto, DomainTakesAutoProgress) {
 }
 
 TEST_F(LoopbackAuto, RendezvousWriteLandsWithoutAnyProgressCall) {
-  // No fi_cq_read, no counter read: only the domain's progress thread moves the write (its
-  // request, the target's requests for chunks, the chunks) while this thread watches memory.
-  const std::vector<uint8_t> data = Pattern(1 << 20, 31);
-  fi_context wctx{};
-  ASSERT_EQ(fi_write(a_.ep, data.data(), data.size(), nullptr, a_.peer, base_ + 64, key_, &wctx),
-            0);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!std::equal(data.begin(), data.end(), target_.begin() + 64) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ExpectWritten(data, 64);
-  EXPECT_EQ(WaitOne(a_.tx).e.err, 0);
+  ExpectWriteLandsWithoutProgressCalls();
 }
 
 // ---- FI_MR_LOCAL --------------------------------------------------------------------------------
