@@ -112,6 +112,7 @@ void SumPortStats(io::PortStats& sum, const io::PortStats& s) {
   sum.rx_invalid_descs += s.rx_invalid_descs;
   sum.tx_invalid_descs += s.tx_invalid_descs;
   sum.rx_kernel_dropped += s.rx_kernel_dropped;
+  sum.tx_segmented_messages += s.tx_segmented_messages;
 }
 
 // The XDP program's counters under their BTF names (struct mr_xdp_counters), prefixed xdp_.

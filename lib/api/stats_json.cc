@@ -204,6 +204,7 @@ Json PortStatsJson(const io::PortStats& s, std::string_view description) {
   j["rx_invalid_descs"] = s.rx_invalid_descs;
   j["tx_invalid_descs"] = s.tx_invalid_descs;
   j["rx_kernel_dropped"] = s.rx_kernel_dropped;
+  j["tx_segmented_messages"] = s.tx_segmented_messages;
   return j;
 }
 

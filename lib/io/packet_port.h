@@ -47,6 +47,9 @@ struct PortStats {
   // AF_XDP ring health (XDP_STATISTICS); zero for other ports.
   uint64_t rx_ring_full = 0, fill_ring_empty = 0, rx_invalid_descs = 0, tx_invalid_descs = 0;
   uint64_t rx_kernel_dropped = 0;  // XDP_STATISTICS rx_dropped (e.g. frame larger than a UMEM frame)
+  // UDP port: messages that carried a run of datagrams with UDP_SEGMENT (tx_packets counts
+  // the datagrams).
+  uint64_t tx_segmented_messages = 0;
 };
 
 class PacketPort {

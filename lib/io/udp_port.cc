@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <liburing.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -30,6 +31,7 @@ struct UdpPort::Slot {
   uint32_t index = 0;
   bool posted = false;  // a RECVMSG is in the kernel for it
   uint32_t length = 0;
+  int tos = 0;  // sends: the datagram's ECN codepoint (its IP_TOS / IPV6_TCLASS message)
   Socket* owner = nullptr;
   msghdr msg{};
   iovec iov{};
@@ -50,6 +52,23 @@ constexpr uint64_t UserData(uint64_t kind, uint32_t index) { return kind << kKin
 constexpr int kEct0 = 0x02;
 constexpr uint8_t kCe = 0x03;
 constexpr int kMaxBatch = 64;
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+// UDP_SEGMENT limits: segments per message (UDP_MAX_SEGMENTS is 64 up to Linux 6.1, 128 after)
+// and bytes per message (an IP datagram's 16-bit length, less its IP and UDP headers).
+constexpr size_t kMaxSegments = 64;
+constexpr size_t kMaxSegmentedBytes = 65535 - 40 - 8;
+
+// A segmented message's control data: the ECN codepoint and the segment size.
+struct SegmentControl {
+  alignas(cmsghdr) unsigned char bytes[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint16_t))];
+};
+
+bool SamePeer(const msghdr& a, const msghdr& b) {
+  return a.msg_namelen == b.msg_namelen && std::memcmp(a.msg_name, b.msg_name, a.msg_namelen) == 0;
+}
 
 void FillSockaddr(const IpAddress& ip, uint16_t port, sockaddr_storage* out, socklen_t* length) {
   std::memset(out, 0, sizeof *out);
@@ -157,6 +176,8 @@ absl::Status UdpPort::Init() {
     tx_slots_.push_back(std::move(slot));
     free_tx_slots_.push_back(o.send_slots - 1 - i);
   }
+  segmentation_ = o.segmentation && !ring_;
+  segment_iovs_.resize(o.send_slots);
   absl::StatusOr<Socket*> main = OpenSocket(o.udp_port);
   if (!main.ok()) return main.status();
   port_socket_ = *main;
@@ -410,8 +431,8 @@ bool UdpPort::Send(const TxPacket& packet) {
   c->cmsg_level = packet.dst.v6 ? IPPROTO_IPV6 : IPPROTO_IP;
   c->cmsg_type = packet.dst.v6 ? IPV6_TCLASS : IP_TOS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
-  const int tos = packet.ect ? kEct0 : 0;
-  std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
+  slot->tos = packet.ect ? kEct0 : 0;
+  std::memcpy(CMSG_DATA(c), &slot->tos, sizeof slot->tos);
 
   if (ring_) {
     io_uring_sqe* sqe = NextSqe();
@@ -438,32 +459,105 @@ void UdpPort::Flush() {
   ReapCompletions();
 }
 
+size_t UdpPort::SegmentRun(const std::vector<uint32_t>& queued, size_t first) const {
+  if (!segmentation_) return 1;
+  const Slot& head = *tx_slots_[queued[first]];
+  size_t run = 1;
+  size_t bytes = head.length;
+  while (first + run < queued.size() && run < kMaxSegments) {
+    const Slot& previous = *tx_slots_[queued[first + run - 1]];
+    const Slot& next = *tx_slots_[queued[first + run]];
+    // Every segment but the last has the run's size: a shorter datagram ends it.
+    if (previous.length != head.length || next.length > head.length ||
+        bytes + next.length > kMaxSegmentedBytes || next.tos != head.tos ||
+        !SamePeer(next.msg, head.msg)) {
+      break;
+    }
+    bytes += next.length;
+    ++run;
+  }
+  return run;
+}
+
+void UdpPort::SendEach(Socket* socket, const std::vector<uint32_t>& queued, size_t first,
+                       size_t count) {
+  for (size_t k = 0; k < count; ++k) {
+    while (sendmsg(socket->fd, &tx_slots_[queued[first + k]]->msg, 0) < 0) {
+      if (errno == EINTR) continue;
+      ++stats_.tx_unroutable;
+      break;
+    }
+  }
+}
+
 void UdpPort::FlushFallback() {
   // One sendmmsg per source socket: Send() queues each datagram on its socket (the paths take
   // turns, so in posting order hardly two consecutive datagrams share one: a system call each).
-  // A path's datagrams keep their order.
+  // A path's datagrams keep their order. With segmentation, a run of datagrams of one socket to
+  // one peer with one ECN codepoint and one size (the last may be shorter) leaves as one message
+  // with UDP_SEGMENT: the kernel walks its UDP and IP layers once for the run and cuts it into
+  // the same datagrams after them (in software where the device cannot: veth).
   mmsghdr batch[kMaxBatch];
+  SegmentControl controls[kMaxBatch];
+  size_t first_of[kMaxBatch];
+  size_t run_of[kMaxBatch];
   for (Socket* socket : sockets_with_queued_) {
     ++socket->references;  // an evicted socket outlives its slots' references until the end
     const std::vector<uint32_t>& queued = socket->queued;
-    for (size_t i = 0; i < queued.size(); i += kMaxBatch) {
-      const size_t n = std::min<size_t>(kMaxBatch, queued.size() - i);
-      for (size_t k = 0; k < n; ++k) {
-        batch[k].msg_hdr = tx_slots_[queued[i + k]]->msg;
-        batch[k].msg_len = 0;
+    size_t next = 0;
+    while (next < queued.size()) {
+      size_t n = 0;
+      size_t iovs_used = 0;
+      for (; n < kMaxBatch && next < queued.size(); ++n) {
+        const size_t run = SegmentRun(queued, next);
+        const Slot& head = *tx_slots_[queued[next]];
+        msghdr& m = batch[n].msg_hdr;
+        m = head.msg;
+        batch[n].msg_len = 0;
+        first_of[n] = next;
+        run_of[n] = run;
+        if (run > 1) {
+          iovec* iov = &segment_iovs_[iovs_used];
+          for (size_t k = 0; k < run; ++k) iov[k] = tx_slots_[queued[next + k]]->iov;
+          iovs_used += run;
+          m.msg_iov = iov;
+          m.msg_iovlen = run;
+          m.msg_control = controls[n].bytes;
+          m.msg_controllen = sizeof controls[n].bytes;
+          cmsghdr* c = CMSG_FIRSTHDR(&m);
+          std::memcpy(c, head.control, CMSG_SPACE(sizeof(int)));  // the ECN codepoint's
+          c = CMSG_NXTHDR(&m, c);
+          c->cmsg_level = IPPROTO_UDP;
+          c->cmsg_type = UDP_SEGMENT;
+          c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+          const uint16_t segment = static_cast<uint16_t>(head.length);
+          std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
+        }
+        next += run;
       }
       size_t done = 0;
       while (done < n) {
         // Blocking: a full socket buffer waits, as the io_uring path does.
         const int sent = sendmmsg(socket->fd, batch + done, static_cast<unsigned>(n - done), 0);
-        if (sent < 0) {
-          if (errno == EINTR) continue;
-          ++stats_.tx_unroutable;  // this datagram fails (ENETUNREACH, EPERM...): skip it
-          ++done;
+        if (sent >= 0) {
+          done += static_cast<size_t>(sent);
           continue;
         }
-        done += static_cast<size_t>(sent);
+        if (errno == EINTR) continue;
+        if (run_of[done] > 1 && (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP)) {
+          // The kernel or the route refuses segmentation (no checksum offload before Linux
+          // 5.x, an IPsec route...): the run leaves datagram by datagram, and so does every
+          // later run.
+          segmentation_ = false;
+          segmentation_off_ = absl::StrCat("UDP_SEGMENT refused: ", std::strerror(errno));
+          SendEach(socket, queued, first_of[done], run_of[done]);
+        } else {
+          stats_.tx_unroutable += run_of[done];  // ENETUNREACH, EPERM...: this message fails
+        }
+        ++done;
       }
+      stats_.tx_segmented_messages += static_cast<uint64_t>(
+          std::count_if(run_of, run_of + n, [](size_t r) { return r > 1; }));
     }
     for (uint32_t index : queued) {
       Slot* slot = tx_slots_[index].get();
@@ -558,8 +652,10 @@ std::string UdpPort::description() const {
                           ? absl::StrCat("[", options_.local_ip.ToString(), "]:", options_.udp_port)
                           : absl::StrCat(options_.local_ip.ToString(), ":", options_.udp_port);
   if (ring_) return absl::StrCat("udp io_uring ", where);
-  return absl::StrCat("udp sendmmsg/recvmmsg ", where,
-                      fallback_reason_.empty() ? "" : absl::StrCat(" (", fallback_reason_, ")"));
+  std::string notes = fallback_reason_;
+  if (!segmentation_off_.empty()) absl::StrAppend(&notes, notes.empty() ? "" : "; ", segmentation_off_);
+  return absl::StrCat("udp sendmmsg", segmentation_ ? "+gso" : "", "/recvmmsg ", where,
+                      notes.empty() ? "" : absl::StrCat(" (", notes, ")"));
 }
 
 }  // namespace metaroce::io

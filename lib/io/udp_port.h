@@ -14,7 +14,8 @@
 //
 // Two ways to drive the sockets (Options::io_uring):
 //   - batched system calls (the default): Flush() sends what Send() queued with one sendmmsg per
-//     source socket, Receive() takes what an epoll set reports ready with recvmmsg;
+//     source socket, runs of like datagrams as single UDP_SEGMENT messages (Options::segmentation),
+//     Receive() takes what an epoll set reports ready with recvmmsg;
 //   - io_uring (liburing 2.3 API: IORING_OP_SENDMSG / IORING_OP_RECVMSG posted ahead, no
 //     provided-buffer rings). Measured on the namespace fabric (docs/performance.md) it moved
 //     0.35-0.4 of the batched calls' bandwidth: every arriving datagram wakes the receives armed
@@ -26,6 +27,8 @@
 // Threading: one owner thread (the PacketPort contract). Open() must run in the network namespace
 // of the address (the calling thread's).
 #pragma once
+
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <deque>
@@ -52,6 +55,10 @@ class UdpPort final : public PacketPort {
     uint32_t buffer_bytes = 4096;  // largest datagram; larger ones are dropped (rx_dropped)
     uint32_t max_source_ports = 1024;
     bool io_uring = false;  // drive the sockets through io_uring instead of batched calls
+    // Batched calls: a run of datagrams of one socket to one peer, one ECN codepoint and one
+    // size (the last may be shorter) leaves as one message with UDP_SEGMENT (generic
+    // segmentation offload; off by itself when the kernel refuses it, description() says why).
+    bool segmentation = true;
     // io_uring only:
     uint32_t receive_slots = 256;                 // receives kept posted on the port socket
     uint32_t receive_slots_per_source_port = 8;   // ... and on each source-port socket
@@ -95,6 +102,10 @@ class UdpPort final : public PacketPort {
   void ReapCompletions();
   void ReceiveFallback();
   void FlushFallback();
+  // How many queued datagrams from `first` on can leave as one UDP_SEGMENT message (1: alone).
+  size_t SegmentRun(const std::vector<uint32_t>& queued, size_t first) const;
+  // Sends `count` queued datagrams from `first` on one by one (a run the kernel refused whole).
+  void SendEach(Socket* socket, const std::vector<uint32_t>& queued, size_t first, size_t count);
   void PrepareMessage(Slot* slot, bool for_send);
   ::io_uring_sqe* NextSqe();
 
@@ -115,6 +126,9 @@ class UdpPort final : public PacketPort {
   std::vector<std::unique_ptr<Slot>> tx_slots_;
   std::vector<uint32_t> free_tx_slots_;
   std::vector<Socket*> sockets_with_queued_;     // batched calls: sockets Flush() sends from
+  bool segmentation_ = false;                    // UDP_SEGMENT runs (Options::segmentation)
+  std::string segmentation_off_;                 // why the kernel made us stop
+  std::vector<iovec> segment_iovs_;              // a flush's runs, one iovec per datagram
   uint32_t unsubmitted_ = 0;                     // io_uring: SQEs prepared, not submitted
 
   PortStats stats_;

@@ -1,6 +1,7 @@
 // lib/io/udp_port between two network namespaces joined by a veth pair (suite
 // 'privileged'): 10k packets each way with byte-for-byte checks, CE read from the IP header,
-// ACK-shaped replies to the paths' source ports, the io_uring mode, IPv6, socket eviction.
+// ACK-shaped replies to the paths' source ports, runs sent with UDP_SEGMENT, the io_uring mode,
+// IPv6, socket eviction.
 #include "lib/io/udp_port.h"
 
 #include <gmock/gmock.h>
@@ -66,8 +67,8 @@ TEST_F(UdpPortTest, TenThousandPacketsEachWayWithCe) {
                     UdpPortAt(VethNamespacePair::ipv4(receiver)), o);
     ExpectClean(r, o.count);
     EXPECT_EQ(r.ce, 50u) << "exactly the CE-marked datagrams read as CE, ECT/Not-ECT ones not";
-    EXPECT_THAT(r.sender_description, ::testing::HasSubstr("udp sendmmsg/recvmmsg"));
-    std::printf("udp sendmmsg/recvmmsg %d -> %d: %lu packets in %.3f s (%.0f pps, window %u)\n", sender,
+    EXPECT_THAT(r.sender_description, ::testing::HasSubstr("udp sendmmsg+gso/recvmmsg"));
+    std::printf("udp sendmmsg+gso/recvmmsg %d -> %d: %lu packets in %.3f s (%.0f pps, window %u)\n", sender,
                 receiver, static_cast<unsigned long>(r.received), r.seconds,
                 r.received / r.seconds, o.window);
   }
@@ -132,6 +133,104 @@ TEST_F(UdpPortTest, AckShapedRepliesComeBackFromThePathsPortsToTheMetaRocePort) 
     EXPECT_EQ((*a)->open_socket_count(), 9u);  // the port socket + one per path
     EXPECT_EQ(b->open_socket_count(), 9u);     // the responder sends from the paths' ports
   });
+}
+
+// One flush of like datagrams (one socket, one peer, one ECN codepoint, one size but the last):
+// with segmentation they leave as UDP_SEGMENT messages, and the kernel must deliver exactly the
+// datagrams that were queued, each with its own bytes and ECN, in order. A shorter datagram, a
+// change of codepoint and a second peer port each end a run.
+struct SegmentedFlush {
+  uint64_t segmented_messages = 0;
+  std::string description;
+  std::vector<std::vector<std::byte>> received;
+  std::vector<std::vector<std::byte>> sent;
+};
+
+SegmentedFlush SendRunsOfLikeDatagrams(VethNamespacePair& pair, bool segmentation) {
+  SegmentedFlush out;
+  // 40 of 1000 bytes, one of 500, 30 of 1000 Not-ECT, 29 of 1000 to a second port, 3 of 1472.
+  struct Group { uint32_t count; uint32_t size; bool ect; uint16_t dst_port; };
+  const Group groups[] = {{40, 1000, true, 4792}, {1, 500, true, 4792}, {30, 1000, false, 4792},
+                          {29, 1000, true, 4793}, {3, 1472, true, 4792}};
+  std::vector<TxPacket> packets;
+  uint32_t seq = 0;
+  for (const Group& g : groups) {
+    for (uint32_t i = 0; i < g.count; ++i, ++seq) {
+      std::vector<std::byte> bytes(g.size);
+      for (uint32_t k = 0; k < g.size; ++k) bytes[k] = static_cast<std::byte>((seq * 31 + k) & 0xFF);
+      std::memcpy(bytes.data(), &seq, sizeof seq);
+      out.sent.push_back(std::move(bytes));
+      packets.push_back(TxPacket{.dst = *IpAddress::Parse("198.18.0.2"), .src_port = 50001,
+                                 .dst_port = g.dst_port, .ect = g.ect});
+    }
+  }
+  pair.RunIn(0, [&] {
+    UdpPort::Options o{.local_ip = *IpAddress::Parse("198.18.0.1")};
+    o.segmentation = segmentation;
+    auto a = UdpPort::Open(o);
+    ASSERT_TRUE(a.ok()) << a.status();
+    std::unique_ptr<UdpPort> b;
+    std::unique_ptr<UdpPort> b2;  // the second peer port's receiver
+    pair.RunIn(1, [&] {
+      auto opened = UdpPort::Open({.local_ip = *IpAddress::Parse("198.18.0.2")});
+      ASSERT_TRUE(opened.ok()) << opened.status();
+      b = std::move(*opened);
+      auto opened2 =
+          UdpPort::Open({.local_ip = *IpAddress::Parse("198.18.0.2"), .udp_port = 4793});
+      ASSERT_TRUE(opened2.ok()) << opened2.status();
+      b2 = std::move(*opened2);
+    });
+    ASSERT_NE(b2, nullptr);
+    for (size_t i = 0; i < packets.size(); ++i) {
+      packets[i].payload = out.sent[i];
+      ASSERT_TRUE((*a)->Send(packets[i]));
+    }
+    (*a)->Flush();
+    out.segmented_messages = (*a)->stats().tx_segmented_messages;
+    out.description = (*a)->description();
+    EXPECT_EQ((*a)->stats().tx_unroutable, 0u);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    pair.RunIn(1, [&] {
+      std::vector<std::vector<std::byte>> second;
+      RxPacket rx[64];
+      while (out.received.size() + second.size() < packets.size() &&
+             ::metaroce::io::testing::Before(deadline)) {
+        const std::pair<UdpPort*, std::vector<std::vector<std::byte>>*> receivers[] = {
+            {b.get(), &out.received}, {b2.get(), &second}};
+        for (const auto& [port, into] : receivers) {
+          const size_t n = port->Receive(rx);
+          for (size_t i = 0; i < n; ++i) {
+            into->emplace_back(rx[i].payload.begin(), rx[i].payload.end());
+          }
+          port->Release(std::span(rx, n));
+        }
+      }
+      // The second port's datagrams were sent after the first 71: put them where they belong.
+      out.received.insert(out.received.begin() + std::min<size_t>(71, out.received.size()),
+                          second.begin(), second.end());
+    });
+  });
+  return out;
+}
+
+TEST_F(UdpPortTest, RunsOfLikeDatagramsLeaveSegmentedAndArriveAsTheyWereQueued) {
+  const SegmentedFlush s = SendRunsOfLikeDatagrams(*pair_, /*segmentation=*/true);
+  EXPECT_THAT(s.description, ::testing::HasSubstr("udp sendmmsg+gso/recvmmsg"));
+  // Runs: 40 (ended by the shorter one, which joins it as its last), 30 Not-ECT, 29 to 4793,
+  // 3 of 1472: four messages.
+  EXPECT_EQ(s.segmented_messages, 4u);
+  ASSERT_EQ(s.received.size(), s.sent.size());
+  for (size_t i = 0; i < s.sent.size(); ++i) {
+    EXPECT_EQ(s.received[i], s.sent[i]) << "datagram " << i;
+  }
+}
+
+TEST_F(UdpPortTest, WithoutSegmentationTheSameDatagramsLeaveOneByOne) {
+  const SegmentedFlush s = SendRunsOfLikeDatagrams(*pair_, /*segmentation=*/false);
+  EXPECT_THAT(s.description, ::testing::HasSubstr("udp sendmmsg/recvmmsg"));
+  EXPECT_EQ(s.segmented_messages, 0u);
+  ASSERT_EQ(s.received.size(), s.sent.size());
+  for (size_t i = 0; i < s.sent.size(); ++i) EXPECT_EQ(s.received[i], s.sent[i]) << i;
 }
 
 TEST_F(UdpPortTest, IoUringCarriesTheSameBytes) {

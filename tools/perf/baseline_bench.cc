@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -90,7 +91,13 @@ class PortIo final : public DatagramIo {
   std::vector<io::RxPacket> rx_;
 };
 
-// Plain kernel UDP sockets, unconnected (5-tuple ECMP), batched with sendmmsg/recvmmsg.
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+
+// Plain kernel UDP sockets, unconnected (5-tuple ECMP), batched with sendmmsg/recvmmsg; runs of
+// same-sized datagrams to one peer leave as single UDP_SEGMENT messages, as the stack's UDP port
+// sends them (lib/io/udp_port.h), until the kernel refuses that.
 class KernelUdpIo final : public DatagramIo {
  public:
   // One socket per (plane address, port) in `binds`.
@@ -166,7 +173,10 @@ class KernelUdpIo final : public DatagramIo {
     }
     return total;
   }
-  std::string description() const override { return "kernel udp sendmmsg/recvmmsg"; }
+  std::string description() const override {
+    return segmentation_ ? "kernel udp sendmmsg+gso/recvmmsg"
+                         : "kernel udp sendmmsg/recvmmsg (UDP_SEGMENT refused)";
+  }
 
  private:
   struct Pending {
@@ -209,27 +219,67 @@ class KernelUdpIo final : public DatagramIo {
   }
   void FlushSocket(Sock& s) {
     if (s.pending.empty()) return;
+    struct Control {
+      alignas(cmsghdr) unsigned char bytes[CMSG_SPACE(sizeof(uint16_t))];
+    };
     mmsghdr msgs[kBatch];
     iovec iov[kBatch];
+    Control control[kBatch];
+    size_t covers[kBatch];
     const size_t n = s.pending.size();
-    for (size_t i = 0; i < n; ++i) {
-      iov[i] = {s.pending[i].bytes.data(), s.pending[i].bytes.size()};
-      msgs[i] = {};
-      msgs[i].msg_hdr.msg_iov = &iov[i];
-      msgs[i].msg_hdr.msg_iovlen = 1;
-      msgs[i].msg_hdr.msg_name = &s.pending[i].addr;
-      msgs[i].msg_hdr.msg_namelen = s.pending[i].len;
+    size_t m = 0;
+    for (size_t i = 0; i < n; ++m) {
+      const Pending& head = s.pending[i];
+      size_t run = 1;
+      size_t bytes = head.bytes.size();
+      while (segmentation_ && i + run < n && run < 64) {
+        const Pending& next = s.pending[i + run];
+        if (s.pending[i + run - 1].bytes.size() != head.bytes.size() ||
+            next.bytes.size() > head.bytes.size() || bytes + next.bytes.size() > 65535 - 48 ||
+            next.len != head.len || std::memcmp(&next.addr, &head.addr, head.len) != 0) {
+          break;
+        }
+        bytes += next.bytes.size();
+        ++run;
+      }
+      for (size_t k = 0; k < run; ++k) {
+        iov[i + k] = {s.pending[i + k].bytes.data(), s.pending[i + k].bytes.size()};
+      }
+      msgs[m] = {};
+      msgs[m].msg_hdr.msg_iov = &iov[i];
+      msgs[m].msg_hdr.msg_iovlen = run;
+      msgs[m].msg_hdr.msg_name = &s.pending[i].addr;
+      msgs[m].msg_hdr.msg_namelen = s.pending[i].len;
+      if (run > 1) {
+        msgs[m].msg_hdr.msg_control = control[m].bytes;
+        msgs[m].msg_hdr.msg_controllen = sizeof control[m].bytes;
+        cmsghdr* c = CMSG_FIRSTHDR(&msgs[m].msg_hdr);
+        c->cmsg_level = IPPROTO_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        const uint16_t segment = static_cast<uint16_t>(head.bytes.size());
+        std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
+      }
+      covers[m] = run;
+      i += run;
     }
-    const int sent = sendmmsg(s.fd, msgs, static_cast<unsigned>(n), MSG_DONTWAIT);
+    const int sent = sendmmsg(s.fd, msgs, static_cast<unsigned>(m), MSG_DONTWAIT);
     if (sent <= 0) {
+      if (sent < 0 && covers[0] > 1 && (errno == EIO || errno == EINVAL)) {
+        segmentation_ = false;  // the kernel refuses UDP_SEGMENT here: send them one by one
+        return;
+      }
       // EAGAIN: the socket buffer is full, keep them; anything else: a loss, as on a wire.
       if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) s.pending.clear();
       return;
     }
-    s.pending.erase(s.pending.begin(), s.pending.begin() + sent);
+    size_t done = 0;
+    for (int k = 0; k < sent; ++k) done += covers[k];
+    s.pending.erase(s.pending.begin(), s.pending.begin() + static_cast<std::ptrdiff_t>(done));
   }
   std::vector<Sock> socks_;
   std::vector<std::vector<std::byte>> rx_buffers_;
+  bool segmentation_ = true;
 };
 
 struct Setup {
