@@ -81,6 +81,7 @@ struct Endpoint::Arrival {
   uint64_t length = 0;
   std::vector<std::byte> payload;  // eager
   bool rendezvous = false;
+  bool source_registered = false;  // kRts: header_flags::kSourceRegistered
   uint64_t send_id = 0;
   Link* link = nullptr;
   void* claimed_by = nullptr;  // FI_PEEK | FI_CLAIM: the context that claimed it
@@ -701,6 +702,7 @@ void Endpoint::StartOp(Peer& peer, TxOp* op) {
   if (op->rendezvous && op->copy.empty() && op->src.iov.size() == 1 &&
       domain_.registers_any_memory()) {
     op->region = Register(op->src.iov[0].iov_base, len, api::access::kLocalWrite);
+    if (op->region) h.flags |= header_flags::kSourceRegistered;
   }
   if (op->kind == TxOp::Kind::kMessage) {
     h.kind = eager ? MessageKind::kEager : MessageKind::kRts;
@@ -972,6 +974,7 @@ void Endpoint::OnMessage(Link& link, const MessageHeader& h, std::span<const std
       a.link = &link;
       a.send_id = h.send_id;
       a.rendezvous = h.kind == MessageKind::kRts;
+      a.source_registered = (h.flags & header_flags::kSourceRegistered) != 0;
       if (!a.rendezvous) {
         payload = payload.first(std::min<size_t>(h.length, payload.size()));
         a.length = payload.size();
@@ -999,7 +1002,8 @@ void Endpoint::OnMessage(Link& link, const MessageHeader& h, std::span<const std
       if (it == tx_by_id_.end() || it->second->link != &link || !it->second->rendezvous) return;
       TxOp* op = it->second;
       const uint64_t len = op->copy.empty() ? op->src.length : op->copy.size();
-      if (h.offset > len || h.chunk > len - h.offset || h.chunk > domain_.settings().chunk_size) {
+      if (h.offset > len || h.chunk > len - h.offset ||
+          (!op->region && h.chunk > domain_.settings().chunk_size)) {
         return;  // a request outside the message: ignored (the receiver is broken)
       }
       if (op->region) {
@@ -1109,6 +1113,11 @@ void Endpoint::StartRendezvous(RndvRecv* r) {
 
 void Endpoint::RequestChunks(RndvRecv* r) {
   const Settings& s = domain_.settings();
+  // From registered memory into registered memory nothing bounds a Write but its length field:
+  // one kCts for the message (each kCts and each Write costs a round of the protocol; 1 MiB in
+  // 8 chunks of 128 KiB moved ~9 % less than in one, NetPIPE on the fabric).
+  const uint64_t most = r->direct != nullptr && r->arrival.source_registered ? kLargestCts
+                                                                              : s.chunk_size;
   while (r->in_flight < s.chunks_in_flight && r->requested < r->length) {
     std::optional<BufferPool::Buffer> b;
     if (r->direct != nullptr) {
@@ -1126,7 +1135,7 @@ void Endpoint::RequestChunks(RndvRecv* r) {
     uint32_t id = next_chunk_id_++;
     while (id == 0 || chunks_.contains(id)) id = next_chunk_id_++;
     auto* ch = new Chunk{r, *b, r->requested,
-                         static_cast<uint32_t>(std::min<uint64_t>(s.chunk_size,
+                         static_cast<uint32_t>(std::min<uint64_t>(most,
                                                                   r->length - r->requested))};
     chunks_[id] = ch;
     MessageHeader h;
@@ -1214,6 +1223,7 @@ void Endpoint::OnWrite(Link& link, const MessageHeader& h, std::span<const std::
   r->send_id = h.send_id;
   r->length = h.length;
   r->write_dst = dst;
+  r->arrival.source_registered = (h.flags & header_flags::kSourceRegistered) != 0;
   r->arrival.has_data = (h.flags & header_flags::kRemoteData) != 0;
   r->arrival.data = h.data;
   r->arrival.src_addr = SourceOf(link);

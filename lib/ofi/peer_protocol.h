@@ -25,7 +25,10 @@
 //   kAck       the write `send_id` ended with `status` (a core::WcStatus number: 0 success,
 //              REM_ACCESS_ERR for a key, range or access the receiver refuses)
 //   kCredit    nothing but credits
-// flags: kTagged, kRemoteData (`data` is the sender's FI_REMOTE_CQ_DATA).
+// flags: kTagged, kRemoteData (`data` is the sender's FI_REMOTE_CQ_DATA), kSourceRegistered
+// (kRts, kWriteRts: the sender writes straight from its registered application buffer, so a
+// kCts may ask for any part of the message at once, not only `chunk_size` bytes: a receiver that
+// can take the whole message straight into its own buffer asks for it with one kCts).
 //
 // Both providers of a connection run on hosts of the same byte order; the header is stored
 // little-endian all the same (Encode/Decode), so that a capture reads the same everywhere.
@@ -57,7 +60,8 @@ enum class MessageKind : uint8_t {
 namespace header_flags {
 inline constexpr uint8_t kTagged = 1u << 0;
 inline constexpr uint8_t kRemoteData = 1u << 1;
-inline constexpr uint8_t kAll = kTagged | kRemoteData;
+inline constexpr uint8_t kSourceRegistered = 1u << 2;
+inline constexpr uint8_t kAll = kTagged | kRemoteData | kSourceRegistered;
 }  // namespace header_flags
 
 struct MessageHeader {
@@ -73,8 +77,11 @@ struct MessageHeader {
   uint64_t key = 0;       // kCts: the rkey; kWrite, kWriteRts: the target's MR key
   uint64_t offset = 0;    // kCts: the first byte of the message to write
   uint32_t recv_id = 0;   // kCts: the immediate to write with
-  uint32_t chunk = 0;     // kCts: bytes to write
+  uint32_t chunk = 0;     // kCts: bytes to write (at most chunk_size, or kLargestCts)
 };
+
+// The most a kCts asks for when the sender said kSourceRegistered (a Write's length is 32-bit).
+inline constexpr uint32_t kLargestCts = 1u << 30;
 
 void EncodeHeader(const MessageHeader& h, std::span<std::byte, kHeaderBytes> out);
 // InvalidArgument naming the field for a short buffer, an unknown kind or unknown flag bits.

@@ -420,6 +420,45 @@ TEST_F(Loopback, RendezvousMessageOfOneMebibyteArrivesWhole) {
 
 TEST_F(Loopback, RendezvousMessageOfOddSizeArrivesWhole) { ExpectMessageArrivesWhole(300001); }
 
+// A rendezvous message from two buffers (not registered whole: the sender copies what each
+// kCts asks for, chunk_size at most) into one buffer the receiver registers: the receiver must
+// not ask for the message at once, as it does of a registered source.
+TEST_F(Loopback, RendezvousMessageFromTwoBuffersIntoOneArrivesWhole) {
+  const size_t size = 700001, split = 250000;
+  const std::vector<uint8_t> sent = Pattern(size, 6);
+  std::vector<uint8_t> first(sent.begin(), sent.begin() + split);
+  std::vector<uint8_t> second(sent.begin() + split, sent.end());
+  iovec iov[2] = {{first.data(), first.size()}, {second.data(), second.size()}};
+  std::vector<uint8_t> got(size, 0);
+  fi_context rctx{}, sctx{};
+  ASSERT_EQ(fi_trecv(b_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, 9, 0, &rctx), 0);
+  ASSERT_EQ(fi_tsendv(a_.ep, iov, nullptr, 2, a_.peer, 9, &sctx), 0);
+  const Completion r = WaitOne(b_.rx);
+  EXPECT_EQ(r.e.err, 0);
+  EXPECT_EQ(r.e.len, size);
+  EXPECT_EQ(WaitOne(a_.tx).e.err, 0);
+  EXPECT_TRUE(got == sent);
+}
+
+// The other way round: one registered buffer into a receive of two buffers, which the receiver
+// cannot register as one sink (its chunks land in its own buffers, then copied).
+TEST_F(Loopback, RendezvousMessageFromOneBufferIntoTwoArrivesWhole) {
+  const size_t size = 700001, split = 300000;
+  const std::vector<uint8_t> sent = Pattern(size, 7);
+  std::vector<uint8_t> first(split, 0), second(size - split, 0);
+  iovec iov[2] = {{first.data(), first.size()}, {second.data(), second.size()}};
+  fi_context rctx{}, sctx{};
+  ASSERT_EQ(fi_trecvv(b_.ep, iov, nullptr, 2, FI_ADDR_UNSPEC, 10, 0, &rctx), 0);
+  ASSERT_EQ(fi_tsend(a_.ep, sent.data(), sent.size(), nullptr, a_.peer, 10, &sctx), 0);
+  const Completion r = WaitOne(b_.rx);
+  EXPECT_EQ(r.e.err, 0);
+  EXPECT_EQ(r.e.len, size);
+  EXPECT_EQ(WaitOne(a_.tx).e.err, 0);
+  std::vector<uint8_t> got(first);
+  got.insert(got.end(), second.begin(), second.end());
+  EXPECT_TRUE(got == sent);
+}
+
 TEST_F(Loopback, RendezvousMessageArrivingBeforeItsReceiveArrivesWhole) {
   const size_t size = 200003;
   const std::vector<uint8_t> sent = Pattern(size, 4);

@@ -110,8 +110,8 @@ TEST(PeerProtocol, DecodeRefusesAKindBeyondCredit) {
 
 TEST(PeerProtocol, DecodeRefusesUnknownFlagBits) {
   Buffer b = Encoded(Full());
-  b[1] = std::byte{0x04 | header_flags::kTagged};
-  EXPECT_THAT(DecodeHeader(b).status().message(), HasSubstr("unknown flag bits 0x5"));
+  b[1] = std::byte{0x08 | header_flags::kTagged};
+  EXPECT_THAT(DecodeHeader(b).status().message(), HasSubstr("unknown flag bits 0x9"));
 }
 
 }  // namespace
