@@ -305,6 +305,14 @@ class Loopback : public ::testing::Test {
     EXPECT_EQ(c.e.op_context, &ctx);
   }
 
+  // Waits for a message of `size` bytes from A to B to complete at both ends, without error.
+  void ExpectBothEndsComplete(size_t size) {
+    const Completion r = WaitOne(b_.rx);
+    EXPECT_EQ(r.e.err, 0);
+    EXPECT_EQ(r.e.len, size);
+    EXPECT_EQ(WaitOne(a_.tx).e.err, 0);
+  }
+
   // A message of `size` bytes from A to B, into a receive posted first; checks the data.
   void ExpectMessageArrivesWhole(size_t size) {
     const std::vector<uint8_t> sent = Pattern(size, 3);
@@ -433,10 +441,7 @@ TEST_F(Loopback, RendezvousMessageFromTwoBuffersIntoOneArrivesWhole) {
   fi_context rctx{}, sctx{};
   ASSERT_EQ(fi_trecv(b_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, 9, 0, &rctx), 0);
   ASSERT_EQ(fi_tsendv(a_.ep, iov, nullptr, 2, a_.peer, 9, &sctx), 0);
-  const Completion r = WaitOne(b_.rx);
-  EXPECT_EQ(r.e.err, 0);
-  EXPECT_EQ(r.e.len, size);
-  EXPECT_EQ(WaitOne(a_.tx).e.err, 0);
+  ExpectBothEndsComplete(size);
   EXPECT_TRUE(got == sent);
 }
 
@@ -450,10 +455,7 @@ TEST_F(Loopback, RendezvousMessageFromOneBufferIntoTwoArrivesWhole) {
   fi_context rctx{}, sctx{};
   ASSERT_EQ(fi_trecvv(b_.ep, iov, nullptr, 2, FI_ADDR_UNSPEC, 10, 0, &rctx), 0);
   ASSERT_EQ(fi_tsend(a_.ep, sent.data(), sent.size(), nullptr, a_.peer, 10, &sctx), 0);
-  const Completion r = WaitOne(b_.rx);
-  EXPECT_EQ(r.e.err, 0);
-  EXPECT_EQ(r.e.len, size);
-  EXPECT_EQ(WaitOne(a_.tx).e.err, 0);
+  ExpectBothEndsComplete(size);
   std::vector<uint8_t> got(first);
   got.insert(got.end(), second.begin(), second.end());
   EXPECT_TRUE(got == sent);
@@ -467,10 +469,7 @@ TEST_F(Loopback, RendezvousMessageArrivingBeforeItsReceiveArrivesWhole) {
   ExpectNothing(a_.tx, 50ms);  // the announcement reaches B, and waits
   std::vector<uint8_t> got(size, 0);
   ASSERT_EQ(fi_trecv(b_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, 8, 0, &rctx), 0);
-  const Completion r = WaitOne(b_.rx);
-  EXPECT_EQ(r.e.err, 0);
-  EXPECT_EQ(r.e.len, size);
-  EXPECT_EQ(WaitOne(a_.tx).e.err, 0);
+  ExpectBothEndsComplete(size);
   EXPECT_TRUE(got == sent);
 }
 
