@@ -56,8 +56,9 @@ constexpr int kMaxBatch = 64;
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
-// UDP_SEGMENT limits: segments per message (UDP_MAX_SEGMENTS is 64 up to Linux 6.1, 128 after)
-// and bytes per message (an IP datagram's 16-bit length, less its IP and UDP headers).
+// UDP_SEGMENT limits: segments per message (the kernel's UDP_MAX_SEGMENTS: 64, raised to 128 by
+// later kernels) and bytes per message (an IP datagram's 16-bit length, less IPv6 and UDP
+// headers).
 constexpr size_t kMaxSegments = 64;
 constexpr size_t kMaxSegmentedBytes = 65535 - 40 - 8;
 
@@ -540,6 +541,8 @@ void UdpPort::FlushFallback() {
         // Blocking: a full socket buffer waits, as the io_uring path does.
         const int sent = sendmmsg(socket->fd, batch + done, static_cast<unsigned>(n - done), 0);
         if (sent >= 0) {
+          stats_.tx_segmented_messages += static_cast<uint64_t>(std::count_if(
+              run_of + done, run_of + done + sent, [](size_t r) { return r > 1; }));
           done += static_cast<size_t>(sent);
           continue;
         }
@@ -556,8 +559,6 @@ void UdpPort::FlushFallback() {
         }
         ++done;
       }
-      stats_.tx_segmented_messages += static_cast<uint64_t>(
-          std::count_if(run_of, run_of + n, [](size_t r) { return r > 1; }));
     }
     for (uint32_t index : queued) {
       Slot* slot = tx_slots_[index].get();
@@ -653,7 +654,9 @@ std::string UdpPort::description() const {
                           : absl::StrCat(options_.local_ip.ToString(), ":", options_.udp_port);
   if (ring_) return absl::StrCat("udp io_uring ", where);
   std::string notes = fallback_reason_;
-  if (!segmentation_off_.empty()) absl::StrAppend(&notes, notes.empty() ? "" : "; ", segmentation_off_);
+  if (!segmentation_off_.empty()) {
+    absl::StrAppend(&notes, notes.empty() ? "" : "; ", segmentation_off_);
+  }
   return absl::StrCat("udp sendmmsg", segmentation_ ? "+gso" : "", "/recvmmsg ", where,
                       notes.empty() ? "" : absl::StrCat(" (", notes, ")"));
 }

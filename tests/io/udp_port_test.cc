@@ -68,8 +68,8 @@ TEST_F(UdpPortTest, TenThousandPacketsEachWayWithCe) {
     ExpectClean(r, o.count);
     EXPECT_EQ(r.ce, 50u) << "exactly the CE-marked datagrams read as CE, ECT/Not-ECT ones not";
     EXPECT_THAT(r.sender_description, ::testing::HasSubstr("udp sendmmsg+gso/recvmmsg"));
-    std::printf("udp sendmmsg+gso/recvmmsg %d -> %d: %lu packets in %.3f s (%.0f pps, window %u)\n", sender,
-                receiver, static_cast<unsigned long>(r.received), r.seconds,
+    std::printf("udp sendmmsg+gso/recvmmsg %d -> %d: %lu packets in %.3f s (%.0f pps, window %u)\n",
+                sender, receiver, static_cast<unsigned long>(r.received), r.seconds,
                 r.received / r.seconds, o.window);
   }
 }
@@ -157,7 +157,9 @@ SegmentedFlush SendRunsOfLikeDatagrams(VethNamespacePair& pair, bool segmentatio
   for (const Group& g : groups) {
     for (uint32_t i = 0; i < g.count; ++i, ++seq) {
       std::vector<std::byte> bytes(g.size);
-      for (uint32_t k = 0; k < g.size; ++k) bytes[k] = static_cast<std::byte>((seq * 31 + k) & 0xFF);
+      for (uint32_t k = 0; k < g.size; ++k) {
+        bytes[k] = static_cast<std::byte>((seq * 31 + k) & 0xFF);
+      }
       std::memcpy(bytes.data(), &seq, sizeof seq);
       out.sent.push_back(std::move(bytes));
       packets.push_back(TxPacket{.dst = *IpAddress::Parse("198.18.0.2"), .src_port = 50001,
