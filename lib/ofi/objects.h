@@ -161,14 +161,16 @@ class Domain {
   // A thread of the domain's that calls Progress(), until the domain closes:
   //   FI_PROGRESS_AUTO: every 50 us, or again at once while it finds work;
   //   an inline engine (FI_METAROCE_ENGINE_THREADS=0) under manual progress: only when the
-  //   application has not called for kWatchdogIdle, so that the transport still answers its
-  //   peers (ACKs, probes) while the application blocks elsewhere (fi_pingpong waits on a TCP
-  //   socket between sizes while its peer waits for ACKs of its last send).
+  //   application has not called for kWatchdogIdle / 2 (to kWatchdogIdle), so that the
+  //   transport still answers its peers (ACKs, probes) while the application blocks elsewhere
+  //   (fi_pingpong waits on a TCP socket between sizes while its peer waits for ACKs of its
+  //   last send).
   void ProgressLoop(bool only_when_idle);
   static constexpr std::chrono::microseconds kWatchdogIdle{500};
   std::thread progress_thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<int64_t> last_progress_ns_{0};  // steady clock, of the last Progress()
+  // Progress() calls so far: the watchdog reads it, so that a call costs no clock read.
+  std::atomic<uint64_t> progress_calls_{0};
   Settings settings_;
   uint32_t api_version_ = 0;
   fi_info* info_ = nullptr;  // a copy
