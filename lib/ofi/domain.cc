@@ -147,8 +147,8 @@ bool Domain::Progress() {
 }
 
 void Domain::ProgressLoop(bool only_when_idle) {
-  // Watchdog: it looks every kWatchdogIdle / 2 and progresses once two looks in a row found no
-  // Progress() call in between (the application away for at least kWatchdogIdle / 2).
+  // Watchdog: it looks every kWatchdogIdle / 2 and progresses when a look finds no Progress()
+  // call since the one before (the application away for at least kWatchdogIdle / 2).
   uint64_t seen = progress_calls_.load(std::memory_order_relaxed);
   while (!stop_.load(std::memory_order_relaxed)) {
     if (only_when_idle) {
