@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <liburing.h>
 #include <netinet/in.h>
-#include <netinet/udp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -15,6 +14,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "lib/io/udp_segmentation.h"
 
 namespace metaroce::io {
 
@@ -53,18 +53,9 @@ constexpr int kEct0 = 0x02;
 constexpr uint8_t kCe = 0x03;
 constexpr int kMaxBatch = 64;
 
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-// UDP_SEGMENT limits: segments per message (the kernel's UDP_MAX_SEGMENTS: 64, raised to 128 by
-// later kernels) and bytes per message (an IP datagram's 16-bit length, less IPv6 and UDP
-// headers).
-constexpr size_t kMaxSegments = 64;
-constexpr size_t kMaxSegmentedBytes = 65535 - 40 - 8;
-
 // A segmented message's control data: the ECN codepoint and the segment size.
 struct SegmentControl {
-  alignas(cmsghdr) unsigned char bytes[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint16_t))];
+  alignas(cmsghdr) unsigned char bytes[CMSG_SPACE(sizeof(int)) + kSegmentControlSpace];
 };
 
 bool SamePeer(const msghdr& a, const msghdr& b) {
@@ -463,21 +454,12 @@ void UdpPort::Flush() {
 size_t UdpPort::SegmentRun(const std::vector<uint32_t>& queued, size_t first) const {
   if (!segmentation_) return 1;
   const Slot& head = *tx_slots_[queued[first]];
-  size_t run = 1;
-  size_t bytes = head.length;
-  while (first + run < queued.size() && run < kMaxSegments) {
-    const Slot& previous = *tx_slots_[queued[first + run - 1]];
-    const Slot& next = *tx_slots_[queued[first + run]];
-    // Every segment but the last has the run's size: a shorter datagram ends it.
-    if (previous.length != head.length || next.length > head.length ||
-        bytes + next.length > kMaxSegmentedBytes || next.tos != head.tos ||
-        !SamePeer(next.msg, head.msg)) {
-      break;
-    }
-    bytes += next.length;
-    ++run;
-  }
-  return run;
+  return SegmentRunLength(
+      first, queued.size(), [&](size_t i) { return tx_slots_[queued[i]]->length; },
+      [&](size_t i) {
+        const Slot& s = *tx_slots_[queued[i]];
+        return s.tos == head.tos && SamePeer(s.msg, head.msg);
+      });
 }
 
 void UdpPort::SendEach(Socket* socket, const std::vector<uint32_t>& queued, size_t first,
@@ -527,12 +509,7 @@ void UdpPort::FlushFallback() {
           m.msg_controllen = sizeof controls[n].bytes;
           cmsghdr* c = CMSG_FIRSTHDR(&m);
           std::memcpy(c, head.control, CMSG_SPACE(sizeof(int)));  // the ECN codepoint's
-          c = CMSG_NXTHDR(&m, c);
-          c->cmsg_level = IPPROTO_UDP;
-          c->cmsg_type = UDP_SEGMENT;
-          c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-          const uint16_t segment = static_cast<uint16_t>(head.length);
-          std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
+          WriteSegmentSize(CMSG_NXTHDR(&m, c), static_cast<uint16_t>(head.length));
         }
         next += run;
       }

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/api/stats_json.h"
 #include "lib/io/packet_port.h"
+#include "lib/io/udp_segmentation.h"
 #include "lib/wire/packet.h"
 #include "tools/perf/common.h"
 #include "tools/perf/control.h"
@@ -90,10 +90,6 @@ class PortIo final : public DatagramIo {
   std::vector<std::unique_ptr<io::PacketPort>> ports_;
   std::vector<io::RxPacket> rx_;
 };
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
 
 // Plain kernel UDP sockets, unconnected (5-tuple ECMP), batched with sendmmsg/recvmmsg; runs of
 // same-sized datagrams to one peer leave as single UDP_SEGMENT messages, as the stack's UDP port
@@ -220,7 +216,7 @@ class KernelUdpIo final : public DatagramIo {
   void FlushSocket(Sock& s) {
     if (s.pending.empty()) return;
     struct Control {
-      alignas(cmsghdr) unsigned char bytes[CMSG_SPACE(sizeof(uint16_t))];
+      alignas(cmsghdr) unsigned char bytes[io::kSegmentControlSpace];
     };
     mmsghdr msgs[kBatch];
     iovec iov[kBatch];
@@ -230,18 +226,14 @@ class KernelUdpIo final : public DatagramIo {
     size_t m = 0;
     for (size_t i = 0; i < n; ++m) {
       const Pending& head = s.pending[i];
-      size_t run = 1;
-      size_t bytes = head.bytes.size();
-      while (segmentation_ && i + run < n && run < 64) {
-        const Pending& next = s.pending[i + run];
-        if (s.pending[i + run - 1].bytes.size() != head.bytes.size() ||
-            next.bytes.size() > head.bytes.size() || bytes + next.bytes.size() > 65535 - 48 ||
-            next.len != head.len || std::memcmp(&next.addr, &head.addr, head.len) != 0) {
-          break;
-        }
-        bytes += next.bytes.size();
-        ++run;
-      }
+      const size_t run =
+          !segmentation_ ? 1
+                         : io::SegmentRunLength(
+                               i, n, [&](size_t j) { return s.pending[j].bytes.size(); },
+                               [&](size_t j) {
+                                 return s.pending[j].len == head.len &&
+                                        std::memcmp(&s.pending[j].addr, &head.addr, head.len) == 0;
+                               });
       for (size_t k = 0; k < run; ++k) {
         iov[i + k] = {s.pending[i + k].bytes.data(), s.pending[i + k].bytes.size()};
       }
@@ -253,12 +245,8 @@ class KernelUdpIo final : public DatagramIo {
       if (run > 1) {
         msgs[m].msg_hdr.msg_control = control[m].bytes;
         msgs[m].msg_hdr.msg_controllen = sizeof control[m].bytes;
-        cmsghdr* c = CMSG_FIRSTHDR(&msgs[m].msg_hdr);
-        c->cmsg_level = IPPROTO_UDP;
-        c->cmsg_type = UDP_SEGMENT;
-        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-        const uint16_t segment = static_cast<uint16_t>(head.bytes.size());
-        std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
+        io::WriteSegmentSize(CMSG_FIRSTHDR(&msgs[m].msg_hdr),
+                             static_cast<uint16_t>(head.bytes.size()));
       }
       covers[m] = run;
       i += run;
