@@ -138,21 +138,55 @@ def main():
             time.sleep(0.2)
         return False
 
-    def stop_tracer(script):
-        p, out = tracers.pop(script)
-        p.send_signal(signal.SIGINT)
-        try:
-            _, err = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    def kernel_state(pid):
+        """Where a process that does not exit sits: its wait channel, syscall and kernel stack."""
+        parts = []
+        for what in ("wchan", "syscall", "stack"):
+            try:
+                with open("/proc/%d/%s" % (pid, what)) as f:
+                    parts.append("%s: %s" % (what, " | ".join(f.read().split("\n")[:8])))
+            except OSError as e:
+                parts.append("%s: %s" % (what, e.strerror))
+        return "; ".join(parts)
+
+    def stop_tracers(scripts):
+        """Ctrl-C to every tracer at once, as a user stopping them; a tracer still running
+        20 s later gets a second Ctrl-C (bpftrace acts on it like the first), and one still
+        running 40 s later is killed. Returns {script: (exit code, stdout, stderr, notes)}."""
+        procs = {s: tracers.pop(s) for s in scripts}
+        for p, _ in procs.values():
+            p.send_signal(signal.SIGINT)
+        notes = {s: [] for s in scripts}
+        start = time.monotonic()
+        second_sent = False
+        while any(p.poll() is None for p, _ in procs.values()):
+            waited = time.monotonic() - start
+            if waited > 20 and not second_sent:
+                second_sent = True
+                for s, (p, _) in procs.items():
+                    if p.poll() is None:
+                        notes[s].append("still running 20 s after SIGINT (%s); second SIGINT"
+                                        % kernel_state(p.pid))
+                        p.send_signal(signal.SIGINT)
+            if waited > 40:
+                for s, (p, _) in procs.items():
+                    if p.poll() is None:
+                        notes[s].append("still running 40 s after SIGINT (%s); killed"
+                                        % kernel_state(p.pid))
+                        p.kill()
+                break
+            time.sleep(0.1)
+        results = {}
+        for s, (p, out) in procs.items():
             _, err = p.communicate()
-        out.flush()
-        out.seek(0)
-        text = out.read()
-        out.close()
-        with open(os.path.join(tmp, script + ".out"), "w") as keep:
-            keep.write(text)
-        return p.returncode, text, err
+            out.flush()
+            out.seek(0)
+            text = out.read()
+            out.close()
+            with open(os.path.join(tmp, s + ".out"), "w") as keep:
+                keep.write(text)
+            results[s] = (p.returncode, text, err, notes[s])
+        return results
 
     fabric.prepare()
     try:
@@ -253,15 +287,17 @@ def main():
         f.check(grown > 0, "flood while stopped: daemon's AF_XDP drop counters grew by %d" % grown)
         total_drops = ring_drops(0)
 
-        results = {s: stop_tracer(s) for s in SCRIPTS}
+        results = stop_tracers(SCRIPTS)
         keep = os.environ.get("TRACE_TEST_OUTPUT_DIR")  # for tools/trace/*_example.txt
         if keep:
-            for s, (_, text, _) in results.items():
+            for s, (_, text, _, _) in results.items():
                 with open(os.path.join(keep, s + ".out"), "w") as out:
                     out.write(text)
-        for s, (rc, text, err) in results.items():
+        for s, (rc, text, err, notes) in results.items():
             f.check(rc == 0 and "Hit Ctrl-C to end." in text,
                     "%s.bt ran and exited cleanly on SIGINT (exit %s)" % (s, rc))
+            for note in notes:
+                print("  %s.bt: %s" % (s, note))
             if rc != 0:
                 print("  stderr: %s" % err.strip()[-800:])
         key = str(cid)
