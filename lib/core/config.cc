@@ -60,6 +60,7 @@ absl::Status ConnectionConfig::Validate() const {
   if (min_probe_timeout <= Duration(0) || initial_rtt <= Duration(0)) {
     return bad("min_probe_timeout and initial_rtt must be positive");
   }
+  if (delayed_ack < Duration(0)) return bad("delayed_ack must not be negative");
   if (rnr_retry > 7) return bad("rnr_retry must be 0..7 (7: forever)");
   if (rotation_burst == 0 || !(rotation_rate > 0)) {
     return bad("rotation_burst must be at least 1 and rotation_rate positive");

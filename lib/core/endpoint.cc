@@ -28,6 +28,7 @@ absl::Status Endpoint::DestroyConnection(uint32_t local_conn_id) {
     return absl::NotFoundError(absl::StrCat("no connection with id ", local_conn_id));
   }
   Connection* conn = it->second.get();
+  if (last_found_ == conn) last_found_ = nullptr;
   timers_.Remove(*conn);
   std::erase(ready_, conn);
   connections_.erase(it);
@@ -35,8 +36,12 @@ absl::Status Endpoint::DestroyConnection(uint32_t local_conn_id) {
 }
 
 Connection* Endpoint::Find(uint32_t local_conn_id) {
+  if (last_found_ != nullptr && last_found_id_ == local_conn_id) return last_found_;
   auto it = connections_.find(local_conn_id);
-  return it == connections_.end() ? nullptr : it->second.get();
+  if (it == connections_.end()) return nullptr;
+  last_found_id_ = local_conn_id;
+  last_found_ = it->second.get();
+  return last_found_;
 }
 
 void Endpoint::OnDatagram(Instant now, std::span<const std::byte> datagram, const RxMeta& meta) {

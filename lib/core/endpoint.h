@@ -92,6 +92,10 @@ class Endpoint : private ConnectionObserver {
   MemoryTable memory_;
   ReceiveBudget budget_;
   absl::btree_map<uint32_t, std::unique_ptr<Connection>> connections_;
+  // The connection Find found last: datagrams come in runs per connection (a batch from one
+  // peer, its ACKs), and the next of a run costs one compare, not a walk of the tree.
+  uint32_t last_found_id_ = 0;
+  Connection* last_found_ = nullptr;
   DeadlineHeap<Connection> timers_;
   std::vector<Connection*> ready_;  // announced output, not yet taken
   std::vector<Connection*> due_;    // OnTimer's scratch

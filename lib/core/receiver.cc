@@ -18,12 +18,9 @@ void ReceiverPath::MarkReceived(uint32_t psn) {
     return;
   }
   // psn == cum_psn: advance over it and every contiguous PSN already received above it.
-  bool next;
-  do {
-    next = bitmap.Test(0);
-    bitmap.ShiftDown(1);
-    ++cum_psn;
-  } while (next);
+  const uint32_t advance = 1 + bitmap.LeadingRun();
+  bitmap.ShiftDown(advance);
+  cum_psn += advance;
 }
 
 void ReceiverPath::AdvanceTo(uint32_t psn) {
@@ -336,6 +333,14 @@ void Receiver::AfterAccept(Instant now, uint16_t path_id, const wire::Packet& p,
     SendAck(now, path_id, p.psn, 0);
   } else if (path.ack_deadline == kNever) {
     path.ack_deadline = now + cfg_.delayed_ack;
+    // In order of deadline: a clock that stepped back (a caller's, not a monotonic one) inserts.
+    if (ack_deadlines_.empty() || ack_deadlines_.back().second <= path.ack_deadline) {
+      ack_deadlines_.emplace_back(path_id, path.ack_deadline);
+    } else {
+      auto at = ack_deadlines_.end();
+      while (at != ack_deadlines_.begin() && std::prev(at)->second > path.ack_deadline) --at;
+      ack_deadlines_.emplace(at, path_id, path.ack_deadline);
+    }
   }
 }
 
@@ -427,10 +432,13 @@ void Receiver::OnTimer(Instant now) {
 }
 
 Instant Receiver::NextDeadline() const {
-  Instant t = kNever;
-  if (failed_) return t;
-  for (const ReceiverPath& p : paths_) t = std::min(t, p.ack_deadline);
-  return t;
+  if (failed_) return kNever;
+  while (!ack_deadlines_.empty()) {
+    const auto [path_id, deadline] = ack_deadlines_.front();
+    if (paths_[path_id].ack_deadline == deadline) return deadline;
+    ack_deadlines_.pop_front();  // its ACK went
+  }
+  return kNever;
 }
 
 void Receiver::Flush() {
@@ -453,6 +461,7 @@ void Receiver::Flush() {
   reorder_.clear();
   reorder_bytes_ = 0;
   for (ReceiverPath& p : paths_) p.ack_deadline = kNever;
+  ack_deadlines_.clear();
 }
 
 }  // namespace metaroce::core

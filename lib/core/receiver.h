@@ -129,6 +129,11 @@ class Receiver {
   uint8_t pulls_granted_ = 0;  // pulls granted on this connection, mod 256: every ACK's pull_seq
   uint32_t deliver_msg_ = 0;     // next (msg_seq, offset) to place in order
   uint32_t deliver_offset_ = 0;
+  // Delayed-ACK deadlines as armed, (path, deadline), earliest first: each is armed delayed_ack
+  // after an arrival, so the order armed is (with a monotonic clock) the order due, and the front
+  // entry that is still its path's deadline is the earliest (NextDeadline, without a walk of the
+  // paths). An entry whose path has sent its ACK since is stale and dropped at the front.
+  mutable std::deque<std::pair<uint16_t, Instant>> ack_deadlines_;
 };
 
 }  // namespace metaroce::core

@@ -319,14 +319,15 @@ SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued,
   // sorts, is asked only when it does not (nothing was changed by looking at it: only a paced
   // path passed over is, and a paced path goes to PickPathInOrder too).
   if (!hedge) {
-    uint16_t first = static_cast<uint16_t>(rr_cursor_ % n);
-    uint32_t least = paths_[first].inflight_bytes;
-    for (uint16_t a = 1, idx = first + 1 == n ? 0 : first + 1; a < n;
-         ++a, idx = idx + 1 == n ? 0 : idx + 1) {
-      if (paths_[idx].inflight_bytes < least) {
-        least = paths_[idx].inflight_bytes;
-        first = idx;
-      }
+    // Round-robin order from the cursor is [cursor, n) then [0, cursor): two plain scans.
+    const uint16_t cursor = static_cast<uint16_t>(rr_cursor_ % n);
+    uint16_t first = cursor;
+    uint32_t least = paths_[cursor].inflight_bytes;
+    for (uint16_t idx = cursor + 1; idx < n; ++idx) {
+      if (paths_[idx].inflight_bytes < least) least = paths_[idx].inflight_bytes, first = idx;
+    }
+    for (uint16_t idx = 0; idx < cursor; ++idx) {
+      if (paths_[idx].inflight_bytes < least) least = paths_[idx].inflight_bytes, first = idx;
     }
     SenderPath& p = paths_[first];
     const uint32_t window = Window(p);
@@ -404,6 +405,7 @@ SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* 
 void Sender::Pump(Instant now) {
   if (failed_) return;
   for (SenderPath& p : paths_) {
+    if (!gbn_pending_) break;
     // Go-back-N resend [B1]: everything from the resend point, in order.
     if (p.gbn_resending) p.gbn_resend = SeqMax(p.gbn_resend, p.snd_una);
     while (p.gbn_resending && SeqLess(p.gbn_resend, p.next_psn) && !failed_) {
@@ -412,6 +414,7 @@ void Sender::Pump(Instant now) {
     }
     p.gbn_resending = false;
   }
+  gbn_pending_ = false;
   PacketRef ref;
   const Reroute* queued = nullptr;
   pace_wakeup_ = kNever;
@@ -1062,7 +1065,7 @@ void Sender::OnNak(Instant now, SenderPath& path, const wire::Packet& ack) {
       AdvanceUna(path);
       if (t.packets > 0) ArmPto(now, path);
       if (now - path.gbn_last_goback >= path.rtt.srtt() || t.packets > 0) {
-        path.gbn_resending = true;
+        path.gbn_resending = gbn_pending_ = true;
         path.gbn_resend = path.snd_una;
         path.gbn_last_goback = now;
       }
@@ -1154,24 +1157,25 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
   const bool tail_probes_due = TailProbesDue();
   const Duration acked_srtt = acked.rtt.srtt();
   for (SenderPath& other : paths_) {
-    if (&other == &acked || other.outstanding() == 0) continue;
+    if (other.outstanding() == 0 || &other == &acked) continue;
     if (other.state != PathState::kActive && other.state != PathState::kSuspect) continue;
     if (newest_sent <= other.last_timeout_at) continue;  // not newer than its last expiry
     if (plane_progress_[other.plane] <= other.stall_suspected_at) continue;  // see OnPathTimeout
     const SentPacket& oldest_packet = other.at(other.snd_una);
     if (oldest_packet.rnr_until != Instant{0}) continue;  // the responder asked it to wait
-    // OvertakenTimeout(other, &acked), computed once for both tests.
-    const Duration margin = ReorderMargin(other, acked_srtt);
-    if (newest_sent - oldest_packet.sent_at <= margin) {
-      if (tail_probes_due) ProbeTailBehind(now, other, margin, newest_sent);
+    // OvertakenTimeout(other, &acked) is never negative (config.cc: delayed_ack >= 0): a packet
+    // that went after newest_sent is not overdue, and its margin is not computed (the usual case).
+    const Duration out_for = newest_sent - oldest_packet.sent_at;
+    if (out_for > Duration(0) && out_for > ReorderMargin(other, acked_srtt)) {
+      other.overtaken = true;
+      other.pto_deadline = std::min(other.pto_deadline, now + cfg_.delayed_ack);
       continue;
     }
-    other.overtaken = true;
-    other.pto_deadline = std::min(other.pto_deadline, now + cfg_.delayed_ack);
+    if (tail_probes_due) ProbeTailBehind(now, other, acked_srtt, newest_sent);
   }
 }
 
-void Sender::ProbeTailBehind(Instant now, SenderPath& path, Duration margin_to_acked,
+void Sender::ProbeTailBehind(Instant now, SenderPath& path, Duration acked_srtt,
                              Instant newest_sent) {
   // [R5d] RACK's loss rule (RFC 8985 §6.2) across paths, for the connection's tail, where it has
   // nothing new to send: a packet sent before one just delivered is overdue once it has been out
@@ -1185,7 +1189,8 @@ void Sender::ProbeTailBehind(Instant now, SenderPath& path, Duration margin_to_a
   if (newest == path.next_psn) return;
   const SentPacket& e = path.at(newest);
   if (e.sent_at >= newest_sent) return;
-  const Duration margin = margin_to_acked - (e.ack_requested ? cfg_.delayed_ack : Duration(0));
+  const Duration margin = ReorderMargin(path, acked_srtt) -
+                          (e.ack_requested ? cfg_.delayed_ack : Duration(0));
   const Instant due = std::max(now, e.sent_at + (now - newest_sent) + margin);
   path.loss_query_armed = false;
   ArmTailProbeAt(path, due);
@@ -1324,7 +1329,7 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   if (!attributable && !path.overtaken && idle_sibling) Hedge(now, path);
   path.last_timeout_at = now;
   if (cfg_.profile.recovery == RecoveryPolicy::kGoBackN) {
-    path.gbn_resending = true;
+    path.gbn_resending = gbn_pending_ = true;
     path.gbn_resend = path.snd_una;
     path.gbn_last_goback = now;
   } else {
@@ -1541,8 +1546,9 @@ Instant Sender::NextDeadline() const {
   if (failed_) return kNever;
   Instant t = kNever;
   for (const SenderPath& p : paths_) {
-    t = std::min({t, p.pto_deadline, p.rotate_at});
-    if (p.state == PathState::kProbing) t = std::min(t, p.next_probe_at);
+    if (p.pto_deadline < t) t = p.pto_deadline;
+    if (p.rotate_at < t) t = p.rotate_at;
+    if (p.state == PathState::kProbing && p.next_probe_at < t) t = p.next_probe_at;
   }
   for (const auto& [pid, psn] : rnr_waits_) {
     const SenderPath& p = paths_[pid];

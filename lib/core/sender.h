@@ -237,10 +237,8 @@ class Sender {
   void CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent);
   // RACK's rule across paths for the tail: arms `path`'s tail probe when a packet sent after its
   // newest outstanding one was delivered on the path just acknowledged, `acked` ([R5d]).
-  // `margin_to_acked`: ReorderMargin(path, acked's srtt), which CheckOvertaken has computed.
-  // Precondition: TailProbesDue().
-  void ProbeTailBehind(Instant now, SenderPath& path, Duration margin_to_acked,
-                       Instant newest_sent);
+  // `acked_srtt`: the smoothed RTT of `acked`. Precondition: TailProbesDue().
+  void ProbeTailBehind(Instant now, SenderPath& path, Duration acked_srtt, Instant newest_sent);
   // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
   void Hedge(Instant now, SenderPath& path);
   // How late a packet on `path` may be before it is overdue: beyond its expected delay (its
@@ -316,6 +314,7 @@ class Sender {
   std::deque<Reroute> reroute_;           // data moved off failed [R5] or overtaken [R5b] paths
   std::deque<std::pair<uint16_t, uint32_t>> rnr_waits_;  // (path, psn) retried at rnr_until
   uint16_t rr_cursor_ = 0;
+  bool gbn_pending_ = false;  // some path is resending go-back-N: Pump walks the paths
   uint64_t inflight_bytes_ = 0;
   uint64_t active_inflight_bytes_ = 0;    // ... of it on Active paths (the share counts those)
   uint64_t rng_state_;

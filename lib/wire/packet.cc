@@ -48,6 +48,14 @@ void SackBitmap::ShiftDown(uint32_t n) {
     Clear();
     return;
   }
+  if (n < 64) {  // the usual step: the cumulative point moved over a few PSNs
+    if (n == 0) return;
+    words_[0] = (words_[0] >> n) | (words_[1] << (64 - n));
+    words_[1] = (words_[1] >> n) | (words_[2] << (64 - n));
+    words_[2] = (words_[2] >> n) | (words_[3] << (64 - n));
+    words_[3] >>= n;
+    return;
+  }
   const uint32_t word_shift = n / 64, bit_shift = n % 64;
   for (uint32_t i = 0; i < 4; ++i) {
     const uint32_t src = i + word_shift;

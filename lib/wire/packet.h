@@ -153,6 +153,13 @@ class SackBitmap {
   void ShiftDown(uint32_t n);
   // Index of the highest set bit + 1, or 0 when empty.
   uint32_t HighestPlusOne() const;
+  // How many bits are set from bit 0 up to the first clear one (kSackBits when all are).
+  uint32_t LeadingRun() const {
+    for (uint32_t w = 0; w < words_.size(); ++w) {
+      if (words_[w] != ~uint64_t{0}) return w * 64 + static_cast<uint32_t>(std::countr_one(words_[w]));
+    }
+    return kSackBits;
+  }
   // Calls f(k) for every set bit k, in increasing order (cost: the set bits, not 256).
   template <typename F>
   void ForEachSet(F&& f) const {

@@ -48,6 +48,12 @@ TEST(ConnectionConfig_Validate, PathCountMustBe1To256) {
   EXPECT_EQ(Refusal(With([](ConnectionConfig& c) { c.path_count = 256; })), "");
 }
 
+TEST(ConnectionConfig_Validate, DelayedAckMustNotBeNegative) {
+  EXPECT_THAT(Refusal(With([](ConnectionConfig& c) { c.delayed_ack = Duration(-1); })),
+              HasSubstr("delayed_ack"));
+  EXPECT_EQ(Refusal(With([](ConnectionConfig& c) { c.delayed_ack = Duration(0); })), "");
+}
+
 TEST(ConnectionConfig_Validate, PlaneCountMustBePositive) {
   EXPECT_THAT(Refusal(With([](ConnectionConfig& c) { c.plane_count = 0; })),
               HasSubstr("plane_count"));

@@ -102,6 +102,18 @@ TEST_F(Endpoint_CreateConnection, FindsConnectionsByLocalIdInIdOrder) {
   EXPECT_THAT(ids, ElementsAre(3, 7));
 }
 
+TEST_F(Endpoint_DestroyConnection, AnIdUsedAgainFindsTheNewConnection) {
+  Connection* first = *ep_.CreateConnection(Config(1));
+  EXPECT_EQ(ep_.Find(1), first);  // Find remembers it
+  ASSERT_TRUE(ep_.DestroyConnection(1).ok());
+  EXPECT_EQ(ep_.Find(1), nullptr);
+  Connection* second = *ep_.CreateConnection(Config(1));
+  Connection* other = *ep_.CreateConnection(Config(2));
+  EXPECT_EQ(ep_.Find(2), other);
+  EXPECT_EQ(ep_.Find(1), second);
+  EXPECT_EQ(ep_.Find(1), second);
+}
+
 TEST_F(Endpoint_DestroyConnection, RemovesItAndLaterDatagramsAreUnknown) {
   ASSERT_TRUE(ep_.CreateConnection(Config(1)).ok());
   EXPECT_TRUE(ep_.DestroyConnection(1).ok());

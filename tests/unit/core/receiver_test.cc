@@ -51,6 +51,15 @@ TEST(ReceiverPath_MarkReceived, InOrderAdvancesOverEveryContiguousArrival) {
   EXPECT_TRUE(p.bitmap.Empty());
 }
 
+TEST(ReceiverPath_MarkReceived, FillingTheWholeWindowMovesOverIt) {
+  ReceiverPath p;
+  for (uint32_t psn = 1; psn <= wire::kSackBits; ++psn) p.MarkReceived(psn);
+  EXPECT_EQ(p.bitmap.HighestPlusOne(), wire::kSackBits);
+  p.MarkReceived(0);
+  EXPECT_EQ(p.cum_psn, wire::kSackBits + 1);
+  EXPECT_TRUE(p.bitmap.Empty());
+}
+
 TEST(ReceiverPath_MarkReceived, EdgeOfTheWindowIsBit255) {
   ReceiverPath p;
   p.MarkReceived(256);
@@ -322,6 +331,31 @@ TEST(Receiver_AckPolicy, DelayedAckAfterDelayedAckFromTheFirstUnacknowledgedPack
   r.Feed(At(20 * kUs), r.Write(3, 0, 1, 0, 100, 0, 8192));
   r.conn.OnTimer(At(24 * kUs));
   EXPECT_THAT(r.Log(), ElementsAre("path 3 ACK cum 1 ack_psn 0 DELAYED"));
+}
+
+TEST(Receiver_AckPolicy, EarliestDelayedAckOfSeveralPathsIsTheDeadline) {
+  ConnectionConfig c = ResponderConfig();
+  c.ack_every = 4;
+  Responder r(c);
+  const uint32_t len = 4 * kMtu;
+  r.Feed(At(10 * kUs), r.Write(0, 0, 0, 0, len));
+  r.Feed(At(11 * kUs), r.Write(1, 0, 0, 1024, len));
+  r.Feed(At(12 * kUs), r.Write(2, 0, 0, 2048, len));
+  EXPECT_EQ(r.conn.NextDeadline(), At(14 * kUs));  // path 0's
+  // Path 0 answers early (ACK_REQ): path 1's deadline is the next.
+  r.Feed(At(13 * kUs), r.Write(0, 1, 0, 3072, len, wire::flags::kAckRequest));
+  EXPECT_THAT(r.Log(), ElementsAre("path 0 ACK cum 2 ack_psn 1"));
+  EXPECT_EQ(r.conn.NextDeadline(), At(15 * kUs));
+  r.conn.OnTimer(At(15 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 1 ACK cum 1 ack_psn 0 DELAYED"));
+  EXPECT_EQ(r.conn.NextDeadline(), At(16 * kUs));
+  // A caller's clock that steps back still gets its earliest deadline.
+  r.Feed(At(5 * kUs), r.Write(3, 0, 1, 0, 100, 0, 8192));
+  EXPECT_EQ(r.conn.NextDeadline(), At(9 * kUs));
+  r.conn.OnTimer(At(16 * kUs));
+  EXPECT_THAT(r.Log(), ElementsAre("path 2 ACK cum 1 ack_psn 0 DELAYED",
+                                   "path 3 ACK cum 1 ack_psn 0 DELAYED"));
+  EXPECT_EQ(r.conn.NextDeadline(), kNever);
 }
 
 TEST(Receiver_Duplicate, AcksAtOnceCountsAndDoesNotRewrite) {

@@ -825,6 +825,20 @@ TEST_P(SackBitmap_ShiftDown, SingleTopBitMoves) {
   }
 }
 
+class SackBitmap_LeadingRun : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(SackBitmap_LeadingRun, CountsSetBitsFromBitZero) {
+  const uint32_t run = GetParam();
+  SackBitmap b;
+  for (uint32_t k = 0; k < run; ++k) b.Set(k);
+  if (run + 1 < kSackBits) b.Set(run + 1);  // a later bit past the gap does not count
+  EXPECT_EQ(b.LeadingRun(), run);
+}
+
+INSTANTIATE_TEST_SUITE_P(Runs, SackBitmap_LeadingRun,
+                         ::testing::Values(0u, 1u, 2u, 63u, 64u, 65u, 127u, 128u, 200u, 255u,
+                                           256u));
+
 INSTANTIATE_TEST_SUITE_P(Shifts, SackBitmap_ShiftDown,
                          ::testing::Values(0u, 1u, 63u, 64u, 65u, 127u, 128u, 255u, 256u, 300u,
                                            0xffffffffu));
