@@ -343,6 +343,15 @@ SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* 
                                     bool clocked) {
   const bool hedge = queued != nullptr && queued->hedge;
   const uint16_t n = cfg_.SprayPaths();
+  // Every window full (an ACK-clocked sender, most of the time it asks): no path takes the
+  // packet, and none is paced (that is a path with nothing in flight), so nothing below would
+  // change. Found in one pass, without the sort.
+  bool any = false;
+  for (uint16_t i = 0; i < n && !any; ++i) {
+    const SenderPath& p = paths_[i];
+    any = Open(p) && (p.inflight_bytes == 0 || p.inflight_bytes + bytes <= Window(p));
+  }
+  if (!any) return nullptr;
   // One integer key per path, (bytes in flight, rank in round-robin order from the cursor),
   // sorted by insertion: a handful of paths, per packet.
   std::array<uint64_t, 256> order;

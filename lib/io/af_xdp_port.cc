@@ -376,7 +376,7 @@ bool AfXdpPort::Send(const TxPacket& packet) {
 
 bool AfXdpPort::SendChain(const FrameAddresses& a, const TxPacket& packet) {
   // The headers go into the first frame, the payload straight from the caller's buffer into the
-  // frames after them: one copy, and one more pass over the payload for the UDP checksum.
+  // frames after them, copied and summed (UDP checksum) in one pass.
   const uint32_t fs = options_.frame_size;
   const size_t head = FrameHeaderBytes(a) + packet.headers.size();
   const size_t length = head + packet.payload.size();
@@ -391,11 +391,24 @@ bool AfXdpPort::SendChain(const FrameAddresses& a, const TxPacket& packet) {
     MR_PROBE4(xsk_tx_ring_full, ifindex_, options_.queue_id, frames, tx_in_flight_);
     return false;
   }
-  // Written into the first free frame before any ring slot is taken: a refusal leaves nothing
-  // to undo (the frame stays free).
-  auto* frame0 = static_cast<std::byte*>(xsk_umem__get_data(umem_area_, free_tx_frames_.back()));
-  if (!BuildFrameHead(std::span<std::byte>(frame0, fs), a, packet.headers, packet.payload.size(),
-                      InternetSum(packet.payload))
+  // Everything is written into free frames before any is taken or any ring slot reserved: a
+  // refusal leaves nothing to undo (the frames stay free). Frame i is the i-th from the back.
+  const auto frame_at = [&](uint32_t i) {
+    return static_cast<std::byte*>(
+        xsk_umem__get_data(umem_area_, free_tx_frames_[free_tx_frames_.size() - 1 - i]));
+  };
+  std::array<uint32_t, kMaxChain> lengths{};  // frames <= kMaxChain (Validate)
+  uint16_t sum = 0;
+  size_t from = 0;  // payload bytes copied
+  for (uint32_t i = 0; i < frames; ++i) {
+    const size_t at = i == 0 ? head : 0;
+    const size_t n = std::min<size_t>(fs - at, packet.payload.size() - from);
+    sum = CombineSums(sum, from, CopyAndSum(frame_at(i) + at, packet.payload.subspan(from, n)));
+    from += n;
+    lengths[i] = static_cast<uint32_t>(at + n);
+  }
+  if (!BuildFrameHead(std::span<std::byte>(frame_at(0), fs), a, packet.headers,
+                      packet.payload.size(), sum)
            .ok()) {
     ++stats_.tx_unroutable;  // another address family, or headers beyond a frame
     return true;
@@ -406,18 +419,12 @@ bool AfXdpPort::SendChain(const FrameAddresses& a, const TxPacket& packet) {
     MR_PROBE4(xsk_tx_ring_full, ifindex_, options_.queue_id, frames, tx_in_flight_);
     return false;
   }
-  size_t from = 0;  // payload bytes copied
   for (uint32_t i = 0; i < frames; ++i) {
     const uint64_t addr = free_tx_frames_.back();
     free_tx_frames_.pop_back();
-    auto* data = static_cast<std::byte*>(xsk_umem__get_data(umem_area_, addr));
-    const size_t at = i == 0 ? head : 0;
-    const size_t n = std::min<size_t>(fs - at, packet.payload.size() - from);
-    std::memcpy(data + at, packet.payload.data() + from, n);
-    from += n;
     xdp_desc* desc = xsk_ring_prod__tx_desc(&rings_->tx, index + i);
     desc->addr = addr;
-    desc->len = static_cast<uint32_t>(at + n);
+    desc->len = lengths[i];
     desc->options = i + 1 < frames ? XDP_PKT_CONTD : 0;
   }
   tx_reserved_unsubmitted_ += frames;

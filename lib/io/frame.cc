@@ -63,19 +63,55 @@ std::string MacAddress::ToString() const {
                          bytes[4], bytes[5]);
 }
 
-uint16_t InternetChecksum(std::span<const std::byte> data, uint32_t initial) {
-  // Sum native-order 32-bit loads into 64 bits; the one's complement sum is byte-order
-  // independent up to a final swap (RFC 1071 section 2(B)).
-  const auto* p = reinterpret_cast<const uint8_t*>(data.data());
-  size_t n = data.size();
-  uint64_t sum = 0;
-  while (n >= 4) {
-    uint32_t w;
-    std::memcpy(&w, p, 4);
-    sum += w;
-    p += 4;
-    n -= 4;
+namespace {
+
+// The sum of the native-order 16-bit halves of the 32-bit words at p (`words` of them): equal,
+// modulo 0xFFFF, to the one's complement sum, and zero only when every word is. Each block's
+// halves go into 32-bit lanes, which cannot overflow in 2^15 words, so the compiler vectorizes it
+// without widening shuffles; with AVX-512 and AVX2 clones chosen at load time where the CPU has
+// them (a jumbo payload's sum and copy were ~6.8 % of a sender's CPU; 8,900 bytes here: sum then
+// copy 292 ns, copied and summed at once 147). `dst`: also copies the words there (the bytes are
+// loaded once).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MR_SUM_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define MR_SUM_CLONES
+#endif
+
+template <bool kCopy>
+inline uint64_t SumHalves(uint8_t* __restrict dst, const uint8_t* __restrict src, size_t words) {
+  uint64_t total = 0;
+  while (words > 0) {
+    const size_t block = std::min<size_t>(words, size_t{1} << 15);
+    uint32_t lo = 0, hi = 0;
+    for (size_t i = 0; i < block; ++i) {
+      uint32_t w;
+      std::memcpy(&w, src + 4 * i, 4);
+      if constexpr (kCopy) std::memcpy(dst + 4 * i, &w, 4);
+      lo += w & 0xFFFF;
+      hi += w >> 16;
+    }
+    total += uint64_t{lo} + hi;
+    src += 4 * block;
+    if constexpr (kCopy) dst += 4 * block;
+    words -= block;
   }
+  return total;
+}
+
+MR_SUM_CLONES uint64_t SumNativeWords(const uint8_t* p,
+                                                                          size_t words) {
+  return SumHalves<false>(nullptr, p, words);
+}
+
+MR_SUM_CLONES uint64_t CopySumWords(uint8_t* dst,
+                                                                        const uint8_t* src,
+                                                                        size_t words) {
+  return SumHalves<true>(dst, src, words);
+}
+
+// Adds the last n % 4 bytes at p (native order, as the words before them pair) to `sum`.
+uint64_t AddTail(uint64_t sum, const uint8_t* p, size_t n) {
   if (n >= 2) {
     uint16_t w;
     std::memcpy(&w, p, 2);
@@ -89,12 +125,69 @@ uint16_t InternetChecksum(std::span<const std::byte> data, uint32_t initial) {
     std::memcpy(&w, pair, 2);
     sum += w;
   }
+  return sum;
+}
+
+// Folds a native-order 64-bit sum to 16 bits and turns it to host order (RFC 1071 2(B): the one's
+// complement sum is byte-order independent up to a final swap).
+uint16_t FoldToHost(uint64_t sum) {
   while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-  uint16_t native = static_cast<uint16_t>(sum);
-  uint16_t host = std::endian::native == std::endian::little ? __builtin_bswap16(native) : native;
-  uint32_t total = static_cast<uint32_t>(host) + (initial & 0xFFFF) + (initial >> 16);
+  const uint16_t native = static_cast<uint16_t>(sum);
+  return std::endian::native == std::endian::little ? __builtin_bswap16(native) : native;
+}
+
+uint16_t AddFolded(uint32_t a, uint32_t b) {
+  uint32_t total = a + b;
   while (total >> 16) total = (total & 0xFFFF) + (total >> 16);
-  return static_cast<uint16_t>(~total);
+  return static_cast<uint16_t>(total);
+}
+
+}  // namespace
+
+namespace {
+
+// Below this many words a plain loop, inlined, beats the vector clones' dispatch and set-up (the
+// headers' sums: an IPv4 header, the UDP header and MetaRoCE's, every frame).
+constexpr size_t kVectorWords = 32;
+
+uint64_t SumSmall(const uint8_t* p, size_t words) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < words; ++i) {
+    uint32_t w;
+    std::memcpy(&w, p + 4 * i, 4);
+    sum += w;
+  }
+  return sum;
+}
+
+}  // namespace
+
+uint16_t InternetChecksum(std::span<const std::byte> data, uint32_t initial) {
+  const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+  const size_t words = data.size() / 4;
+  const uint64_t sum = words < kVectorWords ? SumSmall(p, words) : SumNativeWords(p, words);
+  const uint16_t host = FoldToHost(AddTail(sum, p + 4 * words, data.size() % 4));
+  return static_cast<uint16_t>(~AddFolded(host, (initial & 0xFFFF) + (initial >> 16)));
+}
+
+uint16_t CopyAndSum(std::byte* dst, std::span<const std::byte> src) {
+  const auto* p = reinterpret_cast<const uint8_t*>(src.data());
+  auto* d = reinterpret_cast<uint8_t*>(dst);
+  const size_t words = src.size() / 4;
+  uint64_t sum;
+  if (words < kVectorWords) {
+    sum = SumSmall(p, words);
+    std::memcpy(d, p, 4 * words);
+  } else {
+    sum = CopySumWords(d, p, words);
+  }
+  const size_t tail = src.size() % 4;
+  if (tail > 0) std::memcpy(d + 4 * words, p + 4 * words, tail);
+  return FoldToHost(AddTail(sum, p + 4 * words, tail));
+}
+
+uint16_t CombineSums(uint16_t a_sum, size_t a_len, uint16_t b_sum) {
+  return AddFolded(a_sum, a_len % 2 == 0 ? b_sum : __builtin_bswap16(b_sum));
 }
 
 size_t FrameHeaderBytes(const FrameAddresses& a) {
@@ -109,15 +202,20 @@ uint16_t InternetSum(std::span<const std::byte> data) {
 absl::StatusOr<size_t> BuildFrame(std::span<std::byte> out, const FrameAddresses& a,
                                   std::span<const std::byte> headers,
                                   std::span<const std::byte> payload) {
-  absl::StatusOr<size_t> head =
-      BuildFrameHead(out, a, headers, payload.size(), InternetSum(payload));
+  // The payload is copied and summed in one pass where the frame will take it; the checks below
+  // refuse what does not fit (and say why) exactly as before.
+  const size_t at = FrameHeaderBytes(a) + headers.size();
+  const bool copied = !payload.empty() && a.src_ip.v6 == a.dst_ip.v6 &&
+                      at + payload.size() <= out.size();
+  const uint16_t sum = copied ? CopyAndSum(out.data() + at, payload) : InternetSum(payload);
+  absl::StatusOr<size_t> head = BuildFrameHead(out, a, headers, payload.size(), sum);
   if (!head.ok()) return head.status();
   if (*head + payload.size() > out.size()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "frame of %d bytes does not fit a %d-byte buffer (raise the frame size)",
         *head + payload.size(), out.size()));
   }
-  if (!payload.empty()) std::memcpy(out.data() + *head, payload.data(), payload.size());
+  if (!payload.empty() && !copied) std::memcpy(out.data() + *head, payload.data(), payload.size());
   return *head + payload.size();
 }
 

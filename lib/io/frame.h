@@ -77,6 +77,12 @@ absl::StatusOr<size_t> BuildFrameHead(std::span<std::byte> out, const FrameAddre
 // The one's complement sum of `data` (RFC 1071), folded, not complemented, host order: what
 // BuildFrameHead takes for a payload.
 uint16_t InternetSum(std::span<const std::byte> data);
+// Copies `src` to `dst` (src.size() bytes; the two must not overlap) and returns
+// InternetSum(src), in one pass over the bytes: the payload's way into a frame.
+uint16_t CopyAndSum(std::byte* dst, std::span<const std::byte> src);
+// InternetSum of the concatenation a || b, from the sums of its parts and a's length (a part at
+// an odd offset pairs its bytes the other way round: RFC 1071 2(B)).
+uint16_t CombineSums(uint16_t a_sum, size_t a_len, uint16_t b_sum);
 
 // Why a frame was not accepted. Every value but kOk means "drop it (or give it to the kernel)".
 enum class FrameVerdict : uint8_t {

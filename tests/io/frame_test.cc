@@ -117,6 +117,46 @@ TEST(InternetChecksum, MatchesReferenceForEveryLengthAndOffset) {
   }
 }
 
+TEST(InternetChecksum, MatchesReferenceForLargeAndSaturatedBuffers) {
+  // Past 2^15 words (the sum's blocks), and every byte 0xFF (the largest sums).
+  for (size_t n : {size_t{8900}, size_t{65535}, size_t{131077}, size_t{300001}}) {
+    for (bool ones : {false, true}) {
+      std::vector<std::byte> data = ones ? std::vector<std::byte>(n, std::byte{0xFF}) : Pattern(n, 3);
+      std::vector<uint8_t> ref(n);
+      for (size_t i = 0; i < n; ++i) ref[i] = At(data, i);
+      EXPECT_EQ(InternetChecksum(data), ReferenceChecksum(ref)) << n << (ones ? " of 0xFF" : "");
+    }
+  }
+}
+
+TEST(CopyAndSum, CopiesExactlyAndSumsAsInternetSum) {
+  const auto data = Pattern(9001, 5);
+  for (size_t src_off = 0; src_off < 4; ++src_off) {
+    for (size_t dst_off = 0; dst_off < 4; ++dst_off) {
+      for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{63},
+                       size_t{64}, size_t{65}, size_t{1413}, size_t{8997}}) {
+        const auto src = std::span(data).subspan(src_off, n);
+        std::vector<std::byte> dst(n + 8, std::byte{0xA5});
+        EXPECT_EQ(CopyAndSum(dst.data() + dst_off, src), InternetSum(src))
+            << "length " << n << " offsets " << src_off << "/" << dst_off;
+        EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + dst_off)) << n;
+        for (size_t i = 0; i < dst.size(); ++i) {
+          if (i < dst_off || i >= dst_off + n) EXPECT_EQ(dst[i], std::byte{0xA5}) << "byte " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CombineSums, SumOfPartsAtEvenAndOddOffsetsIsTheSumOfTheWhole) {
+  const auto data = Pattern(4001, 9);
+  for (size_t split : {size_t{0}, size_t{1}, size_t{2}, size_t{1001}, size_t{2048}, size_t{4001}}) {
+    const auto a = std::span(data).first(split), b = std::span(data).subspan(split);
+    EXPECT_EQ(CombineSums(InternetSum(a), a.size(), InternetSum(b)), InternetSum(data))
+        << "split at " << split;
+  }
+}
+
 TEST(BuildFrame_Ipv4, WritesHeadersTheReferenceAgreesWith) {
   const auto headers = Pattern(24, 1);
   const auto payload = Pattern(1001, 2);  // odd length: the checksum's trailing byte
