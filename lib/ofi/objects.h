@@ -18,6 +18,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -183,6 +184,9 @@ class Domain {
   uint64_t next_key_ = 1;
   std::vector<Endpoint*> endpoints_;
   absl::flat_hash_map<uint32_t, Endpoint*> connections_;
+  // Progress()'s room for the transport's completions (under mu): a member, so that a call
+  // does not zero 2 KB of stack first (it was a quarter of Progress's own time when polling).
+  std::array<api::WorkCompletion, 64> wcs_;
 };
 
 // FI_E* for an ibv_wc_status (core::WcStatus).
