@@ -77,8 +77,14 @@ wire::Syndrome Receiver::Check(const wire::Packet& p, Placement* at) {
       p.payload.size() != std::min<uint64_t>(cfg_.mtu, d.msg_len - d.offset)) {
     return wire::Syndrome::kInvalidRequestNak;
   }
-  auto [it, inserted] = inbound_.try_emplace(d.msg_seq);
-  InboundMessage& m = it->second;
+  bool inserted = false;
+  if (last_inbound_ == nullptr || last_inbound_seq_ != d.msg_seq) {
+    auto [it, fresh] = inbound_.try_emplace(d.msg_seq);  // may move the others: none is cached
+    inserted = fresh;
+    last_inbound_seq_ = d.msg_seq;
+    last_inbound_ = &it->second;
+  }
+  InboundMessage& m = *last_inbound_;
   if (inserted) {
     m.opcode = p.opcode;
     m.msg_len = d.msg_len;
@@ -275,6 +281,7 @@ void Receiver::DrainReorderBuffer() {
     Buffered b = std::move(it->second);
     reorder_.erase(it);
     reorder_bytes_ -= b.bytes.size();
+    last_inbound_ = nullptr;  // operator[] may insert, and move what is cached
     Place(b.header, inbound_[b.header.data.msg_seq], b.bytes, b.dst);
   }
 }
@@ -298,6 +305,7 @@ void Receiver::CompleteMessage(uint32_t msg_seq) {
     c.conn_id = cfg_.local_conn_id;
     CompleteReceive(m.recv_seq, c);
   }
+  if (last_inbound_ == &it->second) last_inbound_ = nullptr;
   inbound_.erase(it);
   if (msg_seq == completed_below_) {
     ++completed_below_;

@@ -111,6 +111,10 @@ class Receiver {
   const ConnectionConfig& cfg_;
   std::vector<ReceiverPath> paths_;
   absl::flat_hash_map<uint32_t, InboundMessage> inbound_;
+  // The message Check found last (packets of one message come in runs): the next packet of it
+  // costs a compare, not a hash and a probe. Cleared wherever inbound_ may move or drop it.
+  uint32_t last_inbound_seq_ = 0;
+  InboundMessage* last_inbound_ = nullptr;
   uint32_t completed_below_ = 0;                  // every msg_seq below is complete
   absl::flat_hash_set<uint32_t> completed_above_;  // complete msg_seqs at or above it
   std::deque<PostedReceive> receives_;             // recv_seq recv_base_ .. +size-1
