@@ -120,13 +120,15 @@ def main():
 
     def start_tracer(script):
         out = open(os.path.join(tmp, script + ".out"), "w+")
+        # stderr to a file too: a pipe nobody reads until the end could fill and block it.
+        err = open(os.path.join(tmp, script + ".err"), "w+")
         p = subprocess.Popen([bpftrace, "-p", str(daemons[0].pid),
                               os.path.join(trace_dir, script + ".bt")],
-                             stdout=out, stderr=subprocess.PIPE, text=True)
-        tracers[script] = (p, out)
+                             stdout=out, stderr=err, text=True)
+        tracers[script] = (p, out, err)
 
     def wait_attached(script, timeout=60):
-        p, out = tracers[script]
+        p, out, _ = tracers[script]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             out.flush()
@@ -154,22 +156,22 @@ def main():
         20 s later gets a second Ctrl-C (bpftrace acts on it like the first), and one still
         running 40 s later is killed. Returns {script: (exit code, stdout, stderr, notes)}."""
         procs = {s: tracers.pop(s) for s in scripts}
-        for p, _ in procs.values():
+        for p, _, _ in procs.values():
             p.send_signal(signal.SIGINT)
         notes = {s: [] for s in scripts}
         start = time.monotonic()
         second_sent = False
-        while any(p.poll() is None for p, _ in procs.values()):
+        while any(p.poll() is None for p, _, _ in procs.values()):
             waited = time.monotonic() - start
             if waited > 20 and not second_sent:
                 second_sent = True
-                for s, (p, _) in procs.items():
+                for s, (p, _, _) in procs.items():
                     if p.poll() is None:
                         notes[s].append("still running 20 s after SIGINT (%s); second SIGINT"
                                         % kernel_state(p.pid))
                         p.send_signal(signal.SIGINT)
             if waited > 40:
-                for s, (p, _) in procs.items():
+                for s, (p, _, _) in procs.items():
                     if p.poll() is None:
                         notes[s].append("still running 40 s after SIGINT (%s); killed"
                                         % kernel_state(p.pid))
@@ -177,8 +179,11 @@ def main():
                 break
             time.sleep(0.1)
         results = {}
-        for s, (p, out) in procs.items():
-            _, err = p.communicate()
+        for s, (p, out, err_file) in procs.items():
+            p.wait()
+            err_file.seek(0)
+            err = err_file.read()
+            err_file.close()
             out.flush()
             out.seek(0)
             text = out.read()
@@ -213,9 +218,10 @@ def main():
         for s in SCRIPTS:
             if not f.check(wait_attached(s), "%s.bt attached to metaroced (pid %d)" %
                            (s, daemons[0].pid)):
-                p, out = tracers[s]
+                p, _, err_file = tracers[s]
                 p.poll()
-                print("  %s: %s" % (s, p.stderr.read()[-800:] if p.returncode is not None else ""))
+                err_file.seek(0)
+                print("  %s: %s" % (s, err_file.read()[-800:] if p.returncode is not None else ""))
                 return 1
 
         fabric("fault", "0", "--udp-dport", "4792", "drop", "3")
@@ -360,10 +366,11 @@ def main():
         f.append("interrupted")
     finally:
         for s in list(tracers):
-            p, out = tracers.pop(s)
+            p, out, err_file = tracers.pop(s)
             p.kill()
             p.wait()
             out.close()
+            err_file.close()
         harness.kill_all(perf, timeout=None)
         md.terminate_all(timeout=20)
         fabric.down()
