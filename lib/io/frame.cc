@@ -102,14 +102,26 @@ inline uint64_t SumHalves(uint8_t* __restrict dst, const uint8_t* __restrict src
   return total;
 }
 
-MR_SUM_CLONES uint64_t SumNativeWords(const uint8_t* p,
-                                                                          size_t words) {
+// Below this many words a plain 64-bit sum, inlined, beats the clones' dispatch and set-up, and
+// SumHalves' split lanes (the headers' sums: an IPv4 header, the UDP header and MetaRoCE's,
+// every frame; 63 bytes: ~7 against ~9 ns).
+constexpr size_t kVectorWords = 32;
+
+uint64_t SumSmall(const uint8_t* p, size_t words) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < words; ++i) {
+    uint32_t w;
+    std::memcpy(&w, p + 4 * i, 4);
+    sum += w;
+  }
+  return sum;
+}
+
+MR_SUM_CLONES uint64_t SumNativeWords(const uint8_t* p, size_t words) {
   return SumHalves<false>(nullptr, p, words);
 }
 
-MR_SUM_CLONES uint64_t CopySumWords(uint8_t* dst,
-                                                                        const uint8_t* src,
-                                                                        size_t words) {
+MR_SUM_CLONES uint64_t CopySumWords(uint8_t* dst, const uint8_t* src, size_t words) {
   return SumHalves<true>(dst, src, words);
 }
 
@@ -143,24 +155,6 @@ uint16_t AddFolded(uint32_t a, uint32_t b) {
   uint32_t total = a + b;
   while (total >> 16) total = (total & 0xFFFF) + (total >> 16);
   return static_cast<uint16_t>(total);
-}
-
-}  // namespace
-
-namespace {
-
-// Below this many words a plain loop, inlined, beats the vector clones' dispatch and set-up (the
-// headers' sums: an IPv4 header, the UDP header and MetaRoCE's, every frame).
-constexpr size_t kVectorWords = 32;
-
-uint64_t SumSmall(const uint8_t* p, size_t words) {
-  uint64_t sum = 0;
-  for (size_t i = 0; i < words; ++i) {
-    uint32_t w;
-    std::memcpy(&w, p + 4 * i, 4);
-    sum += w;
-  }
-  return sum;
 }
 
 }  // namespace
