@@ -343,72 +343,84 @@ SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* 
                                     bool clocked) {
   const bool hedge = queued != nullptr && queued->hedge;
   const uint16_t n = cfg_.SprayPaths();
-  // Every window full (an ACK-clocked sender, most of the time it asks): no path takes the
-  // packet, and none is paced (that is a path with nothing in flight), so nothing below would
-  // change. Found in one pass, without the sort.
-  bool any = false;
-  for (uint16_t i = 0; i < n && !any; ++i) {
-    const SenderPath& p = paths_[i];
-    any = Open(p) && (p.inflight_bytes == 0 || p.inflight_bytes + bytes <= Window(p));
-  }
-  if (!any) return nullptr;
-  // One integer key per path, (bytes in flight, rank in round-robin order from the cursor),
-  // sorted by insertion: a handful of paths, per packet.
-  std::array<uint64_t, 256> order;
-  for (uint16_t a = 0, idx = rr_cursor_ % n; a < n; ++a, idx = idx + 1 == n ? 0 : idx + 1) {
-    const uint64_t key = uint64_t{paths_[idx].inflight_bytes} << 16 | a;
-    uint16_t j = a;
-    for (; j > 0 && order[j - 1] > key; --j) order[j] = order[j - 1];
-    order[j] = key;
-  }
+  const uint16_t cursor = static_cast<uint16_t>(rr_cursor_ % n);
+  // The order is (bytes in flight, rank in round-robin order from the cursor), and the packet
+  // goes to the first path in it that takes it. Found in one scan per pass, without sorting:
+  // the first path whose window takes the packet, and before it (bytes in flight 0, lower rank)
+  // the paced paths, each asked whether its time has come, in rank order, as the scan met them.
   for (int pass = hedge ? 0 : 1; pass < 2; ++pass) {
-    for (uint16_t i = 0; i < n; ++i) {
-      const uint32_t at = rr_cursor_ % n + (order[i] & 0xFFFF);  // no division per path
-      const uint16_t idx = static_cast<uint16_t>(at >= n ? at - n : at);
-      SenderPath& p = paths_[idx];
+    uint64_t best_key = UINT64_MAX;
+    uint16_t best = 0;
+    std::array<uint16_t, 256> paced;  // ranks, ascending
+    uint16_t n_paced = 0;
+    for (uint16_t rank = 0, idx = cursor; rank < n; ++rank, idx = idx + 1 == n ? 0 : idx + 1) {
+      const SenderPath& p = paths_[idx];
       if (!Open(p)) continue;
       if (hedge && (p.id == queued->from_path ||
                     (pass == 0 && p.plane != paths_[queued->from_path].plane))) {
         continue;
       }
       const uint32_t window = Window(p);
-      if (p.inflight_bytes > 0 && p.inflight_bytes + bytes > window) continue;
-      if (p.inflight_bytes == 0 && bytes > window && !clocked) {
-        // congestion.md §1: a window below one packet sends one packet per R * bytes / window
-        // (R: PacingRtt; at most one recovery cap apart: the connection's own timers must not
-        // take a paced path for a silent one). The paths' first packets are staggered evenly
-        // over that interval from a random phase of the connection: connections set up together
-        // do not all send at once, and each sends at its share's rate from the start.
-        const Duration interval = std::min(
-            RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(PacingRtt(p).count()) *
-                                                         bytes / std::max(window, 1u))));
-        if (!p.pace_started) {
-          p.pace_started = true;
-          double phase = pace_phase_ + static_cast<double>(p.id % n) / n;
-          if (phase >= 1) phase -= 1;  // every path's phase is uniform across connections
-          p.pace_due = now + Duration(static_cast<int64_t>(phase * interval.count()));
-          p.pace_interval = interval;
-        } else if (interval != p.pace_interval && p.pace_due > now) {
-          // A new share (or RTT) rescales the wait still to go, not the whole interval: the
-          // paths of every connection, told of a larger share by ACKs at about the same time,
-          // keep their spread phases instead of all falling due at once.
-          p.pace_due = now + Duration(static_cast<int64_t>(
-                                 static_cast<double>((p.pace_due - now).count()) *
-                                 static_cast<double>(interval.count()) /
-                                 static_cast<double>(std::max<int64_t>(1, p.pace_interval.count()))));
-        }
-        p.pace_interval = interval;
-        if (p.pace_due > now) {
-          pace_wakeup_ = std::min(pace_wakeup_, p.pace_due);
+      if (p.inflight_bytes == 0) {
+        if (bytes > window && !clocked) {
+          paced[n_paced++] = rank;
           continue;
         }
-        p.pace_due = now + interval;
+      } else if (p.inflight_bytes + bytes > window) {
+        continue;
       }
-      rr_cursor_ = static_cast<uint16_t>(idx + 1 == n ? 0 : idx + 1);
-      return &p;
+      const uint64_t key = uint64_t{p.inflight_bytes} << 16 | rank;
+      if (key < best_key) best_key = key, best = idx;
+    }
+    for (uint16_t i = 0; i < n_paced && paced[i] < best_key; ++i) {
+      const uint32_t at = cursor + paced[i];  // no division per path
+      const uint16_t idx = static_cast<uint16_t>(at >= n ? at - n : at);
+      if (PacedPathDue(now, paths_[idx], bytes)) {
+        rr_cursor_ = static_cast<uint16_t>(idx + 1 == n ? 0 : idx + 1);
+        return &paths_[idx];
+      }
+    }
+    if (best_key != UINT64_MAX) {
+      rr_cursor_ = static_cast<uint16_t>(best + 1 == n ? 0 : best + 1);
+      return &paths_[best];
     }
   }
   return nullptr;
+}
+
+bool Sender::PacedPathDue(Instant now, SenderPath& p, uint32_t bytes) {
+  // congestion.md §1: a window below one packet sends one packet per R * bytes / window (R:
+  // PacingRtt; at most one recovery cap apart: the connection's own timers must not take a paced
+  // path for a silent one). The paths' first packets are staggered evenly over that interval
+  // from a random phase of the connection: connections set up together do not all send at once,
+  // and each sends at its share's rate from the start.
+  const uint16_t n = cfg_.SprayPaths();
+  const uint32_t window = Window(p);
+  const Duration interval = std::min(
+      RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(PacingRtt(p).count()) *
+                                                   bytes / std::max(window, 1u))));
+  if (!p.pace_started) {
+    p.pace_started = true;
+    double phase = pace_phase_ + static_cast<double>(p.id % n) / n;
+    if (phase >= 1) phase -= 1;  // every path's phase is uniform across connections
+    p.pace_due = now + Duration(static_cast<int64_t>(phase * interval.count()));
+    p.pace_interval = interval;
+  } else if (interval != p.pace_interval && p.pace_due > now) {
+    // A new share (or RTT) rescales the wait still to go, not the whole interval: the paths of
+    // every connection, told of a larger share by ACKs at about the same time, keep their
+    // spread phases instead of all falling due at once.
+    p.pace_due = now + Duration(static_cast<int64_t>(
+                           static_cast<double>((p.pace_due - now).count()) *
+                           static_cast<double>(interval.count()) /
+                           static_cast<double>(std::max<int64_t>(1, p.pace_interval.count()))));
+  }
+  p.pace_interval = interval;
+  if (p.pace_due > now) {
+    pace_wakeup_ = std::min(pace_wakeup_, p.pace_due);
+    return false;
+  }
+  p.pace_due = now + interval;
+  return true;
 }
 
 void Sender::Pump(Instant now) {
