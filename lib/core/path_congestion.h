@@ -25,7 +25,7 @@ struct CongestionParams {
 
 class PathCongestion {
  public:
-  explicit PathCongestion(const CongestionParams& p) : p_(p), cwnd_(p.initial_cwnd) {}
+  explicit PathCongestion(const CongestionParams& p) : cwnd_(p.initial_cwnd), p_(p) {}
 
   // One acknowledgement: `acked_bytes` newly acknowledged in `acked_packets` packets, of which
   // `ce_packets` carried CE. `rtt_sample` is zero when the ACK gave none. `srtt` and `min_rtt`
@@ -50,8 +50,8 @@ class PathCongestion {
  private:
   void Clamp();
 
+  double cwnd_;  // first: SenderPath keeps it in the cache line a path pick reads
   CongestionParams p_;
-  double cwnd_;
   double alpha_ = 0;
   bool slow_start_ = true;
   // DCTCP observation window.

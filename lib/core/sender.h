@@ -54,16 +54,24 @@ struct Reroute {
 };
 
 // The requester's view of one logical path.
-struct SenderPath {
+// The fields a pick of the path reads (Sender::PickPath: Open and Window, for every path, about
+// twice per packet sent) come first, in one cache line: between two packets the copies of a
+// jumbo frame's payload evict the path state, and these fields had been spread over four lines.
+struct alignas(64) SenderPath {
   SenderPath(uint16_t id, const CongestionParams& cc, Duration initial_rtt)
-      : id(id), rtt(initial_rtt), congestion(cc) {}
+      : id(id), congestion(cc), rtt(initial_rtt) {}
 
   uint16_t id;
   uint16_t port = 0;
   uint8_t plane = 0;
   PathState state = PathState::kActive;
+  // Go-back-N: resend everything in [gbn_resend, next_psn) before new data.
+  bool gbn_resending = false;
   uint32_t snd_una = 0;   // lowest PSN neither acknowledged nor abandoned
   uint32_t next_psn = 0;  // next PSN to assign
+  uint32_t inflight_bytes = 0;
+  uint32_t window_hint = 0;
+  PathCongestion congestion;  // its cwnd first
   SentRing ring;          // PSNs [snd_una, next_psn); storage only while some are outstanding
   uint64_t tx_order = 0;                 // transmissions made on this path
   Instant last_tx_at{0};                 // ... the latest of them
@@ -80,16 +88,13 @@ struct SenderPath {
   uint32_t loss_scan_psn = 0;
   std::vector<Retransmission> retransmits;
   size_t retransmits_head = 0;
-  uint32_t inflight_bytes = 0;
   uint32_t last_ce_count = 0;  // highest cumulative CE count echoed so far
-  uint32_t window_hint = 0;
   // A window below one packet is a rate (congestion.md §1): one new packet per
   // srtt * bytes / window, the first at a random phase within that interval.
   bool pace_started = false;
   Instant pace_due{0};        // when the next paced packet may go
   Duration pace_interval{0};  // the interval pace_due was computed with
   RttEstimator rtt;
-  PathCongestion congestion;
   // Tail loss / health [R5].
   Instant pto_deadline = kNever;
   uint32_t timeouts_without_progress = 0;  // PTO expiries since the last progress: the backoff
@@ -122,9 +127,7 @@ struct SenderPath {
   uint32_t probe_replies = 0;
   uint32_t probe_timeouts = 0;
   Instant degraded_since = kNever;
-  // Go-back-N: resend everything in [gbn_resend, next_psn) before new data.
-  bool gbn_resending = false;
-  uint32_t gbn_resend = 0;
+  uint32_t gbn_resend = 0;  // go-back-N (gbn_resending above)
   Instant gbn_last_goback{INT64_MIN / 2};
   double utilization = 0;
   PathStats stats;
