@@ -322,6 +322,21 @@ void AfXdpPort::ReclaimCompletions() {
   tx_in_flight_ -= std::min(tx_in_flight_, done);
 }
 
+absl::StatusOr<MacAddress> AfXdpPort::NextHop(const IpAddress& destination) {
+  if (last_next_hop_uses_ > 0 && destination == last_destination_) {
+    --last_next_hop_uses_;
+    return last_next_hop_;
+  }
+  absl::StatusOr<MacAddress> mac = resolver_(destination);
+  last_next_hop_uses_ = 0;
+  if (mac.ok()) {
+    last_destination_ = destination;
+    last_next_hop_ = *mac;
+    last_next_hop_uses_ = kResolveEvery - 1;
+  }
+  return mac;
+}
+
 bool AfXdpPort::Send(const TxPacket& packet) {
   if (free_tx_frames_.empty()) ReclaimCompletions();
   if (free_tx_frames_.empty()) {
@@ -329,7 +344,7 @@ bool AfXdpPort::Send(const TxPacket& packet) {
     MR_PROBE4(xsk_tx_ring_full, ifindex_, options_.queue_id, 0, tx_in_flight_);
     return false;
   }
-  absl::StatusOr<MacAddress> next_hop = resolver_(packet.dst);
+  absl::StatusOr<MacAddress> next_hop = NextHop(packet.dst);
   if (!next_hop.ok()) {
     ++stats_.tx_unroutable;
     return true;
