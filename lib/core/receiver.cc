@@ -89,6 +89,7 @@ wire::Syndrome Receiver::Check(const wire::Packet& p, Placement* at) {
     m.opcode = p.opcode;
     m.msg_len = d.msg_len;
     m.packets = std::max<uint32_t>(1, (d.msg_len + cfg_.mtu - 1) / cfg_.mtu);
+    m.got.swap(spare_got_);  // empty, or the last completed message's (CompleteMessage)
     m.got.assign((m.packets + 63) / 64, 0);
     m.recv_seq = d.recv_seq;
     m.imm = d.imm;
@@ -288,7 +289,7 @@ void Receiver::DrainReorderBuffer() {
 
 void Receiver::CompleteMessage(uint32_t msg_seq) {
   auto it = inbound_.find(msg_seq);
-  const InboundMessage& m = it->second;
+  InboundMessage& m = it->second;
   ++conn_.counters_.messages_received;
   // The receive is the one this message claimed ([M3]: no other message can complete it), so it
   // is still posted and not done; checked anyway, as memory safety must not rest on that.
@@ -306,6 +307,7 @@ void Receiver::CompleteMessage(uint32_t msg_seq) {
     CompleteReceive(m.recv_seq, c);
   }
   if (last_inbound_ == &it->second) last_inbound_ = nullptr;
+  if (m.got.capacity() <= kSpareGotWords) spare_got_.swap(m.got);  // for the next message
   inbound_.erase(it);
   if (msg_seq == completed_below_) {
     ++completed_below_;

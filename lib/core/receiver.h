@@ -111,6 +111,10 @@ class Receiver {
   const ConnectionConfig& cfg_;
   std::vector<ReceiverPath> paths_;
   absl::flat_hash_map<uint32_t, InboundMessage> inbound_;
+  // The bitmap of the message completed last, for the next one to arrive: with one completed
+  // for each one begun, receiving allocates none per message. Larger ones are freed.
+  static constexpr size_t kSpareGotWords = 64;
+  std::vector<uint64_t> spare_got_;
   // The message Check found last (packets of one message come in runs): the next packet of it
   // costs a compare, not a hash and a probe. Cleared wherever inbound_ may move or drop it.
   uint32_t last_inbound_seq_ = 0;

@@ -6,8 +6,9 @@
 // add and a mask (docs/performance.md).
 //
 // Memory contract (docs/architecture.md, "What a connection costs"): storage is allocated on the
-// first push, doubles when full, and is released when the queue empties, so an idle connection
-// holds none. Popped slots are reset to T{} at once (their buffers are freed, not kept).
+// first push and doubles when full; when the queue empties a grown array is released and the
+// smallest (kMinCapacity slots) kept, so a connection that never sent holds none, and one that
+// sends a message at a time allocates none per message. Popped slots are reset to T{} at once.
 // Element references stay valid until the element is popped or the queue grows.
 #pragma once
 
@@ -42,8 +43,13 @@ class RingQueue {
     slots_[head_] = T{};
     head_ = (head_ + 1) & (capacity_ - 1);
     if (--size_ == 0) {
-      slots_.reset();
-      capacity_ = 0;
+      // Emptied: a grown array goes (a queue that once held many holds nothing idle); the
+      // smallest stays, so that a queue emptied after every element (one message at a time)
+      // does not allocate for each.
+      if (capacity_ > kMinCapacity) {
+        slots_.reset();
+        capacity_ = 0;
+      }
       head_ = 0;
     }
   }

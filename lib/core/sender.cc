@@ -132,6 +132,8 @@ absl::Status Sender::Post(Instant now, const SendWorkRequest& wr) {
   m.stream_offset = next_stream_offset_;
   next_stream_offset_ += wr.local.length;
   m.packets = std::max<uint32_t>(1, (wr.local.length + cfg_.mtu - 1) / cfg_.mtu);
+  m.acked.swap(spare_acked_);  // empty, or the last retired message's (RetireAndReport)
+  m.transmissions.swap(spare_transmissions_);
   m.acked.assign((m.packets + 63) / 64, 0);
   m.transmissions.assign(m.packets, 0);
   Pump(now);
@@ -482,7 +484,7 @@ void Sender::Pump(Instant now) {
 }
 
 void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, const Reroute* queued) {
-  path.ring.Reserve(path.snd_una, path.next_psn, path.next_psn + 1);
+  path.ring.Reserve(path.snd_una, path.next_psn, path.next_psn + 1, &spare_ring_);
   const uint32_t psn = path.next_psn++;
   SentPacket& e = path.at(psn);
   e = SentPacket{};
@@ -819,7 +821,7 @@ void Sender::AdvanceUna(SenderPath& path) {
 }
 
 void Sender::ReleaseIdle(SenderPath& path) {
-  path.ring.Release();
+  path.ring.Release(&spare_ring_);
   std::vector<SenderPath::Retransmission>().swap(path.retransmits);
   path.retransmits_head = 0;
   path.loss_scan_psn = path.next_psn;
@@ -856,7 +858,7 @@ void Sender::CompleteMessage(Instant now, OutboundMessage& m, WcStatus status) {
 
 void Sender::RetireAndReport() {
   while (!messages_.empty() && messages_.front().done) {
-    const OutboundMessage& m = messages_.front();
+    OutboundMessage& m = messages_.front();
     if (OrderedCompletion() &&
         (m.status != WcStatus::kSuccess || (m.wr.flags & send_flags::kSignaled))) {
       Completion c;
@@ -868,6 +870,11 @@ void Sender::RetireAndReport() {
       c.byte_len = m.wr.local.length;
       c.conn_id = cfg_.local_conn_id;
       conn_.EmitCompletion(c);
+    }
+    // Its per-packet arrays go to the next message posted; a large message's are freed.
+    if (m.transmissions.capacity() <= kSparePacketArrays) {
+      spare_acked_.swap(m.acked);
+      spare_transmissions_.swap(m.transmissions);
     }
     messages_.pop_front();
     ++base_seq_;

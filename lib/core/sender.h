@@ -312,6 +312,12 @@ class Sender {
   const ConnectionConfig& cfg_;
   std::vector<SenderPath> paths_;
   RingQueue<OutboundMessage> messages_;  // msg_seq base_seq_ .. base_seq_+size-1
+  std::unique_ptr<SentPacket[]> spare_ring_;  // a smallest SentRing storage, for the next path
+  // The per-packet arrays of the message retired last, for the next one posted: with a message
+  // retired for each one posted (a ping-pong, a pipeline at its depth) Post allocates none.
+  static constexpr size_t kSparePacketArrays = 4096;  // packets: larger arrays are not kept
+  std::vector<uint64_t> spare_acked_;
+  std::vector<uint8_t> spare_transmissions_;
   uint32_t base_seq_ = 0;                 // msg_seq of messages_.front()
   uint32_t next_msg_seq_ = 0;
   uint32_t next_recv_seq_ = 0;

@@ -49,9 +49,16 @@ class SentRing {
 
   // Makes room for the live range [snd_una, end), keeping the entries of [snd_una, next_psn).
   // Precondition: end - snd_una <= kMaxCapacity, next_psn within [snd_una, end].
-  void Reserve(uint32_t snd_una, uint32_t next_psn, uint32_t end) {
+  // An empty ring that needs the smallest storage takes `spare` when there is one (Release).
+  void Reserve(uint32_t snd_una, uint32_t next_psn, uint32_t end,
+               std::unique_ptr<SentPacket[]>* spare = nullptr) {
     const uint32_t needed = end - snd_una;
     if (needed <= capacity_) return;
+    if (capacity_ == 0 && needed <= kMinCapacity && spare != nullptr && *spare != nullptr) {
+      slots_ = std::move(*spare);  // its entries are stale: each PSN's is set when it is sent
+      capacity_ = kMinCapacity;
+      return;
+    }
     uint32_t capacity = capacity_ == 0 ? kMinCapacity : capacity_;
     while (capacity < needed) capacity *= 2;
     auto slots = std::make_unique<SentPacket[]>(capacity);
@@ -61,8 +68,14 @@ class SentRing {
     slots_ = std::move(slots);
     capacity_ = capacity;
   }
-  // Frees the storage. Precondition: nothing outstanding (snd_una == next_psn).
-  void Release() {
+  // Frees the storage. Precondition: nothing outstanding (snd_una == next_psn). The smallest
+  // storage goes to `spare` instead when that holds none: a sender keeps one for the next path
+  // that starts sending, so that a connection with one message at a time (each on another path,
+  // each path emptied before the next message) allocates none per message.
+  void Release(std::unique_ptr<SentPacket[]>* spare = nullptr) {
+    if (spare != nullptr && *spare == nullptr && capacity_ == kMinCapacity) {
+      *spare = std::move(slots_);
+    }
     slots_.reset();
     capacity_ = 0;
   }

@@ -50,7 +50,7 @@ struct Endpoint::TxOp {
   uint64_t data = 0;
   bool has_data = false;
   IoList src;                   // the application's buffers
-  std::vector<std::byte> copy;  // FI_INJECT: the bytes, owned
+  absl::InlinedVector<std::byte, 64> copy;  // FI_INJECT: the bytes, owned (small: inline)
   uint64_t rma_addr = 0;
   uint64_t rma_key = 0;
   Peer* peer = nullptr;
@@ -724,7 +724,7 @@ void Endpoint::StartOp(Peer& peer, TxOp* op) {
 void Endpoint::DeliverSelf(TxOp* op) {
   // A message to this very endpoint: matched and copied here; nothing crosses the fabric.
   const uint64_t len = op->copy.empty() ? op->src.length : op->copy.size();
-  std::vector<std::byte> bytes = op->copy;
+  std::vector<std::byte> bytes(op->copy.begin(), op->copy.end());
   if (op->copy.empty()) {
     bytes.resize(len);
     op->src.CopyOut(0, bytes.data(), len);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "lib/ofi/connection_manager.h"
 #include "lib/ofi/info.h"
 #include "lib/ofi/matching.h"
@@ -38,7 +39,7 @@ namespace metaroce::ofi {
 
 // A list of the application's buffers (iov), with its total length.
 struct IoList {
-  std::vector<iovec> iov;
+  absl::InlinedVector<iovec, 2> iov;  // inline: a message of one or two buffers allocates none
   size_t length = 0;
   static IoList Of(const iovec* v, size_t count);
   static IoList Of(const void* buf, size_t len);

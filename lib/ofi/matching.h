@@ -11,7 +11,7 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
+#include <deque>
 #include <optional>
 
 namespace metaroce::ofi {
@@ -97,12 +97,12 @@ class MatchQueue {
     }
   }
 
-  const std::list<PostedReceive>& posted() const { return posted_; }
-  const std::list<ArrivedMessage>& unexpected() const { return unexpected_; }
+  const std::deque<PostedReceive>& posted() const { return posted_; }
+  const std::deque<ArrivedMessage>& unexpected() const { return unexpected_; }
 
  private:
-  std::list<PostedReceive> posted_;
-  std::list<ArrivedMessage> unexpected_;
+  std::deque<PostedReceive> posted_;
+  std::deque<ArrivedMessage> unexpected_;
 };
 
 }  // namespace metaroce::ofi
