@@ -396,11 +396,25 @@ bool Sender::PacedPathDue(Instant now, SenderPath& p, uint32_t bytes) {
   // path for a silent one). The paths' first packets are staggered evenly over that interval
   // from a random phase of the connection: connections set up together do not all send at once,
   // and each sends at its share's rate from the start.
-  const uint16_t n = cfg_.SprayPaths();
+  const Duration rtt = PacingRtt(p);
   const uint32_t window = Window(p);
+  if (p.pace_started && rtt == p.pace_rtt && bytes == p.pace_bytes && window == p.pace_window) {
+    // What its interval was computed from has not changed: the interval and the schedule
+    // stand (a pick asks every paced path it passes, about twice per packet sent).
+    if (p.pace_due > now) {
+      pace_wakeup_ = std::min(pace_wakeup_, p.pace_due);
+      return false;
+    }
+    p.pace_due = now + p.pace_interval;
+    return true;
+  }
+  p.pace_rtt = rtt;
+  p.pace_bytes = bytes;
+  p.pace_window = window;
+  const uint16_t n = cfg_.SprayPaths();
   const Duration interval = std::min(
-      RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(PacingRtt(p).count()) *
-                                                   bytes / std::max(window, 1u))));
+      RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(rtt.count()) * bytes /
+                                                   std::max(window, 1u))));
   if (!p.pace_started) {
     p.pace_started = true;
     double phase = pace_phase_ + static_cast<double>(p.id % n) / n;

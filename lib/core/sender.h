@@ -94,6 +94,9 @@ struct alignas(64) SenderPath {
   bool pace_started = false;
   Instant pace_due{0};        // when the next paced packet may go
   Duration pace_interval{0};  // the interval pace_due was computed with
+  Duration pace_rtt{0};       // ... from this PacingRtt, packet size and window
+  uint32_t pace_bytes = 0;
+  uint32_t pace_window = 0;
   RttEstimator rtt;
   // Tail loss / health [R5].
   Instant pto_deadline = kNever;

@@ -12,7 +12,10 @@ namespace metaroce::io {
 // vector with one of its own, so a received packet is never copied a second time.
 struct MemoryPort::Ring {
   struct Slot {
+    // Sized to max_packet_bytes once and then kept (buffers are swapped with the receiver's,
+    // never shrunk): a resize per packet zeroed what the copy then overwrote.
     std::vector<std::byte> bytes;
+    uint32_t length = 0;  // of the datagram in `bytes`
     IpAddress src;
     uint16_t src_port = 0;
     uint16_t dst_port = 0;
@@ -67,7 +70,8 @@ bool MemoryPort::Send(const TxPacket& packet) {
     return false;
   }
   Ring::Slot& slot = ring.slots[ring.producer_next & ring.mask];
-  slot.bytes.resize(size);
+  if (slot.bytes.size() < options_.max_packet_bytes) slot.bytes.resize(options_.max_packet_bytes);
+  slot.length = static_cast<uint32_t>(size);
   if (!packet.headers.empty()) {
     std::memcpy(slot.bytes.data(), packet.headers.data(), packet.headers.size());
   }
@@ -116,7 +120,7 @@ size_t MemoryPort::Receive(std::span<RxPacket> out) {
     }
     std::swap(lent_buffers_[cookie], slot.bytes);
     RxPacket& p = out[n++];
-    p.payload = lent_buffers_[cookie];
+    p.payload = std::span<const std::byte>(lent_buffers_[cookie].data(), slot.length);
     p.src = slot.src;
     p.src_port = slot.src_port;
     p.dst_port = slot.dst_port;
