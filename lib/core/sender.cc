@@ -374,6 +374,7 @@ SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* 
       const uint64_t key = uint64_t{p.inflight_bytes} << 16 | rank;
       if (key < best_key) best_key = key, best = idx;
     }
+    // A paced path's key is its rank (nothing in flight): those below best_key come first.
     for (uint16_t i = 0; i < n_paced && paced[i] < best_key; ++i) {
       const uint32_t at = cursor + paced[i];  // no division per path
       const uint16_t idx = static_cast<uint16_t>(at >= n ? at - n : at);

@@ -258,7 +258,8 @@ absl::StatusOr<size_t> BuildFrameHead(std::span<std::byte> out, const FrameAddre
     const uint16_t total_length = static_cast<uint16_t>(kIpv4HeaderBytes + udp_length);
     const uint8_t* src = a.src_ip.bytes.data();
     const uint8_t* dst = a.dst_ip.bytes.data();
-    uint32_t sum = (0x45u << 8 | tos) + total_length + 0x4000u + (uint32_t{a.ttl} << 8 | kIpProtoUdp);
+    uint32_t sum =
+        (0x45u << 8 | tos) + total_length + 0x4000u + (uint32_t{a.ttl} << 8 | kIpProtoUdp);
     for (int i = 0; i < 4; i += 2) sum += (src[i] << 8 | src[i + 1]) + (dst[i] << 8 | dst[i + 1]);
     while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
     uint8_t* ip = U8(out, ip_at);
