@@ -26,6 +26,7 @@ class RingQueue {
 
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
+  size_t capacity() const { return capacity_; }  // slots allocated: 0 or a power of two
   T& operator[](size_t i) { return slots_[(head_ + i) & (capacity_ - 1)]; }
   const T& operator[](size_t i) const { return slots_[(head_ + i) & (capacity_ - 1)]; }
   T& front() { return slots_[head_]; }

@@ -52,6 +52,31 @@ TEST(MemoryPort_Pair, DeliversHeadersAndPayloadWithAddressing) {
   EXPECT_EQ(b->stats().rx_bytes, 5u);
 }
 
+TEST(MemoryPort_Pair, DatagramsOfEverySizeReuseSlotsWithTheirOwnLength) {
+  // Slots keep their buffers (sized once): a small datagram after a large one in the same slot
+  // has its own length, and a large one after a small one all of its bytes.
+  auto [a, b] = MemoryPort::CreatePair(At("198.18.0.1"), At("198.18.0.2"));
+  const size_t sizes[] = {9000, 7, 0, 4096, 1, 9000, 33};
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < std::size(sizes); ++i) {
+      std::vector<uint8_t> payload(sizes[i]);
+      for (size_t k = 0; k < payload.size(); ++k) payload[k] = static_cast<uint8_t>(k * 7 + i);
+      const std::vector<uint8_t> headers = {static_cast<uint8_t>(i)};
+      TxPacket tx;
+      tx.headers = AsBytes(headers);
+      tx.payload = AsBytes(payload);
+      ASSERT_TRUE(a->Send(tx));
+      a->Flush();
+      RxPacket rx[2];
+      ASSERT_EQ(b->Receive(rx), 1u);
+      ASSERT_EQ(rx[0].payload.size(), 1 + sizes[i]) << "round " << round << " size " << sizes[i];
+      EXPECT_EQ(rx[0].payload[0], std::byte{static_cast<uint8_t>(i)});
+      EXPECT_EQ(std::memcmp(rx[0].payload.data() + 1, payload.data(), payload.size()), 0);
+      b->Release(std::span(rx, 1));
+    }
+  }
+}
+
 TEST(MemoryPort_Pair, FullRingPushesBackAndLosesNothing) {
   auto [a, b] = MemoryPort::CreatePair(At("198.18.0.1"), At("198.18.0.2"));
   std::vector<uint8_t> byte = {0};

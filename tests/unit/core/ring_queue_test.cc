@@ -1,5 +1,5 @@
 // lib/core/ring_queue.h: FIFO order across wrap-around and growth, value-initialized new
-// elements, storage released when empty.
+// elements, a grown array released when the queue empties and the smallest one kept.
 #include "lib/core/ring_queue.h"
 
 #include <gtest/gtest.h>
@@ -38,13 +38,32 @@ TEST(RingQueue, KeepsFifoOrderAcrossWrapAndGrowth) {
 
 TEST(RingQueue, ReleasesItsStorageWhenEmptyAndStartsAgain) {
   RingQueue<std::string> q;
+  EXPECT_EQ(q.capacity(), 0u) << "nothing allocated before the first push";
   for (int i = 0; i < 20; ++i) q.emplace_back() = std::string(100, 'a' + i % 26);
+  EXPECT_EQ(q.capacity(), 32u);
   while (!q.empty()) q.pop_front();
   EXPECT_EQ(q.size(), 0u);
+  EXPECT_EQ(q.capacity(), 0u) << "a grown array goes when the queue empties";
   EXPECT_EQ(q.begin(), q.end());
   q.emplace_back() = "again";
   EXPECT_EQ(q.front(), "again");
   EXPECT_EQ(q.size(), 1u);
+}
+
+TEST(RingQueue, KeepsItsSmallestArrayForOneElementAtATime) {
+  // A connection with one message at a time empties its queue after each: the smallest array
+  // stays, and the elements popped are reset (their own buffers freed) all the same.
+  RingQueue<std::string> q;
+  for (int i = 0; i < 10; ++i) {
+    q.emplace_back() = std::string(100, 'a' + i);
+    ASSERT_EQ(q.capacity(), RingQueue<std::string>::kMinCapacity);
+    ASSERT_EQ(q.front(), std::string(100, 'a' + i));
+    q.pop_front();
+    ASSERT_TRUE(q.empty());
+    ASSERT_EQ(q.capacity(), RingQueue<std::string>::kMinCapacity);
+    ASSERT_TRUE(q.emplace_back().empty()) << "a new element is value-initialized";
+    q.pop_front();
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 
 namespace metaroce::core {
 namespace {
@@ -58,6 +59,39 @@ TEST(SentRing, ReleaseGivesTheStorageBack) {
   ring.Release();
   EXPECT_EQ(ring.capacity(), 0u);
   EXPECT_EQ(ring.heap_bytes(), 0u);
+}
+
+TEST(SentRing, TheSmallestStorageGoesToASpareAndBack) {
+  // A sender keeps one smallest block for the next path that starts sending (sender.h).
+  std::unique_ptr<SentPacket[]> spare;
+  SentRing a, b;
+  a.Reserve(0, 0, 1, &spare);
+  ASSERT_EQ(a.capacity(), SentRing::kMinCapacity);
+  const SentPacket* block = &a.at(0);
+  a.Release(&spare);
+  EXPECT_EQ(a.capacity(), 0u);
+  ASSERT_NE(spare, nullptr) << "the smallest block is kept";
+  b.Reserve(5, 5, 6, &spare);
+  EXPECT_EQ(b.capacity(), SentRing::kMinCapacity);
+  EXPECT_EQ(spare, nullptr) << "taken, not copied";
+  EXPECT_EQ(&b.at(0), block) << "the same storage";
+  // A larger one is freed, and a spare already held is not replaced.
+  b.Reserve(5, 5, 5 + 20, &spare);
+  EXPECT_EQ(b.capacity(), 32u);
+  b.Release(&spare);
+  EXPECT_EQ(spare, nullptr);
+  SentRing c, d;
+  c.Reserve(0, 0, 1, &spare);
+  d.Reserve(0, 0, 1);
+  c.Release(&spare);
+  const SentPacket* kept = spare.get();
+  d.Release(&spare);
+  EXPECT_EQ(spare.get(), kept);
+  // More than the smallest block needs: a new allocation, the spare stays.
+  SentRing e;
+  e.Reserve(0, 0, 9, &spare);
+  EXPECT_EQ(e.capacity(), 16u);
+  EXPECT_EQ(spare.get(), kept);
 }
 
 }  // namespace
