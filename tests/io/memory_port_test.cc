@@ -71,7 +71,9 @@ TEST(MemoryPort_Pair, DatagramsOfEverySizeReuseSlotsWithTheirOwnLength) {
       ASSERT_EQ(b->Receive(rx), 1u);
       ASSERT_EQ(rx[0].payload.size(), 1 + sizes[i]) << "round " << round << " size " << sizes[i];
       EXPECT_EQ(rx[0].payload[0], std::byte{static_cast<uint8_t>(i)});
-      EXPECT_EQ(std::memcmp(rx[0].payload.data() + 1, payload.data(), payload.size()), 0);
+      if (!payload.empty()) {  // (memcmp of nothing may still not be given a null pointer)
+        EXPECT_EQ(std::memcmp(rx[0].payload.data() + 1, payload.data(), payload.size()), 0);
+      }
       b->Release(std::span(rx, 1));
     }
   }
