@@ -227,7 +227,11 @@ def main():
                "--mca", "oob_tcp_if_include", "pl0",
                # orted of Open MPI 4.1 maps its topology into a hole that is at times where
                # the stack grows: SIGSEGV in hwloc_shmem_topology_write (docs/ofi.md).
-               "--mca", "rtc_hwloc_vmhole", "none"] + program
+               "--mca", "rtc_hwloc_vmhole", "none",
+               # Session directories in the test's own: a job family's directory left in /tmp
+               # by an earlier, killed mpirun made orted fail ("File exists") when a new job
+               # drew the same family.
+               "--mca", "orte_tmpdir_base", tmp] + program
         clear_xdp()
         print("== %s: %s" % (label, " ".join(cmd)), flush=True)
         t0 = time.monotonic()
