@@ -354,6 +354,7 @@ SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* 
     uint64_t best_key = UINT64_MAX;
     uint16_t best = 0;
     std::array<uint16_t, 256> paced;  // ranks, ascending
+    std::array<uint32_t, 256> paced_window;  // ... and their windows
     uint16_t n_paced = 0;
     for (uint16_t rank = 0, idx = cursor; rank < n; ++rank, idx = idx + 1 == n ? 0 : idx + 1) {
       const SenderPath& p = paths_[idx];
@@ -365,6 +366,7 @@ SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* 
       const uint32_t window = Window(p);
       if (p.inflight_bytes == 0) {
         if (bytes > window && !clocked) {
+          paced_window[n_paced] = window;
           paced[n_paced++] = rank;
           continue;
         }
@@ -378,7 +380,7 @@ SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* 
     for (uint16_t i = 0; i < n_paced && paced[i] < best_key; ++i) {
       const uint32_t at = cursor + paced[i];  // no division per path
       const uint16_t idx = static_cast<uint16_t>(at >= n ? at - n : at);
-      if (PacedPathDue(now, paths_[idx], bytes)) {
+      if (PacedPathDue(now, paths_[idx], bytes, paced_window[i])) {
         rr_cursor_ = static_cast<uint16_t>(idx + 1 == n ? 0 : idx + 1);
         return &paths_[idx];
       }
@@ -391,14 +393,13 @@ SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* 
   return nullptr;
 }
 
-bool Sender::PacedPathDue(Instant now, SenderPath& p, uint32_t bytes) {
+bool Sender::PacedPathDue(Instant now, SenderPath& p, uint32_t bytes, uint32_t window) {
   // congestion.md §1: a window below one packet sends one packet per R * bytes / window (R:
   // PacingRtt; at most one recovery cap apart: the connection's own timers must not take a paced
   // path for a silent one). The paths' first packets are staggered evenly over that interval
   // from a random phase of the connection: connections set up together do not all send at once,
   // and each sends at its share's rate from the start.
   const Duration rtt = PacingRtt(p);
-  const uint32_t window = Window(p);
   if (p.pace_started && rtt == p.pace_rtt && bytes == p.pace_bytes && window == p.pace_window) {
     // What its interval was computed from has not changed: the interval and the schedule
     // stand (a pick asks every paced path it passes, about twice per packet sent).

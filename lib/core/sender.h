@@ -182,9 +182,10 @@ class Sender {
   // PickPath's choice made the long way: the first path, in the order of (bytes in flight,
   // round-robin rank), that takes the packet; each paced path before it asked PacedPathDue.
   SenderPath* PickPathInOrder(Instant now, uint32_t bytes, const Reroute* queued, bool clocked);
-  // A path paced below one packet per RTT (idle, window below `bytes`): is its next packet due?
+  // A path paced below one packet per RTT (idle, `window`, its Window(), below `bytes`): is its
+  // next packet due?
   // Starts or rescales its schedule; when it is not due, sets pace_wakeup_ to when it is.
-  bool PacedPathDue(Instant now, SenderPath& path, uint32_t bytes);
+  bool PacedPathDue(Instant now, SenderPath& path, uint32_t bytes, uint32_t window);
   // Usable, not resending go-back-N, room in its SACK window: the path can take a new packet.
   bool Open(const SenderPath& path) const;
   // The path a pulled packet should take: one never sent on, else the pull's own.
