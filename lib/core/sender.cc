@@ -1215,6 +1215,10 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
       other.pto_deadline = std::min(other.pto_deadline, now + cfg_.delayed_ack);
       continue;
     }
+    // Its oldest packet, sent once, went after newest_sent: so did every later PSN (a path's
+    // PSNs are first sent in order), and ProbeTailBehind would find nothing behind (the usual
+    // case: its walk for the newest outstanding packet is skipped).
+    if (out_for <= Duration(0) && oldest_packet.transmissions == 1) continue;
     if (tail_probes_due) ProbeTailBehind(now, other, acked_srtt, newest_sent);
   }
 }
