@@ -491,21 +491,22 @@ void Sender::Pump(Instant now) {
     if (queued != nullptr) {
       const Reroute moved = *queued;
       reroute_.pop_front();
-      SendNew(now, *path, ref, &moved);
+      SendNew(now, *path, ref, bytes, &moved);
     } else {
       ++m->next_to_send;
-      SendNew(now, *path, ref, nullptr);
+      SendNew(now, *path, ref, bytes, nullptr);
     }
   }
 }
 
-void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, const Reroute* queued) {
+void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, uint32_t bytes,
+                     const Reroute* queued) {
   path.ring.Reserve(path.snd_una, path.next_psn, path.next_psn + 1, &spare_ring_);
   const uint32_t psn = path.next_psn++;
   SentPacket& e = path.at(psn);
   e = SentPacket{};
   e.ref = ref;
-  e.bytes = PacketBytes(*Find(ref.msg_seq), ref.index);
+  e.bytes = bytes;
   path.inflight_bytes += e.bytes;
   inflight_bytes_ += e.bytes;
   if (path.state == PathState::kActive) active_inflight_bytes_ += e.bytes;

@@ -212,8 +212,10 @@ class Sender {
   // sample, whichever is larger.
   Duration PacingRtt(const SenderPath& path) const;
   uint32_t PacketBytes(const OutboundMessage& m, uint32_t index) const;
-  // `queued`: data moved or hedged off another path, sent as a retransmission on its new path.
-  void SendNew(Instant now, SenderPath& path, PacketRef ref, const Reroute* queued);
+  // `bytes`: PacketBytes of `ref`. `queued`: data moved or hedged off another path, sent as a
+  // retransmission on its new path.
+  void SendNew(Instant now, SenderPath& path, PacketRef ref, uint32_t bytes,
+               const Reroute* queued);
   bool OrderedCompletion() const;
   // The retransmit probe's reason codes (lib/core/probes.h).
   enum class Why : uint8_t { kGap = 0, kTimeout = 1, kGoBackN = 2, kRnr = 3, kTailProbe = 6 };
