@@ -1197,30 +1197,31 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
   // one in the same batch), and until it makes progress its timer runs at its expected delay
   // (ArmPto). A stalled host delays every path alike, so this evidence needs no timer floor.
   if (cfg_.profile.spray != SprayPolicy::kAllPaths) return;
-  // The connection's half of [R5d]'s test, the same for every path: asked once per ACK, not once
-  // per sibling (nothing below changes what is left to send).
-  const bool tail_probes_due = TailProbesDue();
   const Duration acked_srtt = acked.rtt.srtt();
+  // The connection's half of [R5d]'s test, the same for every path: asked at most once per ACK,
+  // when a sibling first needs it (nothing below changes what is left to send).
+  enum { kUnknown, kDue, kNotDue } tail_probes = kUnknown;
   for (SenderPath& other : paths_) {
     if (other.outstanding() == 0 || &other == &acked) continue;
+    // The usual case first, before anything else of the sibling is read: its oldest packet,
+    // sent once, went at or after newest_sent. So did every later PSN (a path's PSNs are first
+    // sent in order): nothing of it is overdue, and nothing is behind the packet delivered.
+    const SentPacket& oldest_packet = other.at(other.snd_una);
+    if (oldest_packet.transmissions == 1 && oldest_packet.sent_at >= newest_sent) continue;
     if (other.state != PathState::kActive && other.state != PathState::kSuspect) continue;
     if (newest_sent <= other.last_timeout_at) continue;  // not newer than its last expiry
     if (plane_progress_[other.plane] <= other.stall_suspected_at) continue;  // see OnPathTimeout
-    const SentPacket& oldest_packet = other.at(other.snd_una);
     if (oldest_packet.rnr_until != Instant{0}) continue;  // the responder asked it to wait
     // OvertakenTimeout(other, &acked) is never negative (config.cc: delayed_ack >= 0): a packet
-    // that went after newest_sent is not overdue, and its margin is not computed (the usual case).
+    // that went after newest_sent is not overdue, and its margin is not computed.
     const Duration out_for = newest_sent - oldest_packet.sent_at;
     if (out_for > Duration(0) && out_for > ReorderMargin(other, acked_srtt)) {
       other.overtaken = true;
       other.pto_deadline = std::min(other.pto_deadline, now + cfg_.delayed_ack);
       continue;
     }
-    // Its oldest packet, sent once, went after newest_sent: so did every later PSN (a path's
-    // PSNs are first sent in order), and ProbeTailBehind would find nothing behind (the usual
-    // case: its walk for the newest outstanding packet is skipped).
-    if (out_for <= Duration(0) && oldest_packet.transmissions == 1) continue;
-    if (tail_probes_due) ProbeTailBehind(now, other, acked_srtt, newest_sent);
+    if (tail_probes == kUnknown) tail_probes = TailProbesDue() ? kDue : kNotDue;
+    if (tail_probes == kDue) ProbeTailBehind(now, other, acked_srtt, newest_sent);
   }
 }
 
