@@ -597,8 +597,7 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
     // And on the connection's last packets for now, fewer than it has paths: each may be its
     // path's last, whose loss only the tail probe finds, and a probe need not wait out the
     // responder's delayed ACK for a packet that asked for one.
-    const bool tail = !retransmission && NearTail();
-    if (last || ask_for_room || retransmission || tail) h.flags |= wire::flags::kAckRequest;
+    if (last || ask_for_room || retransmission || NearTail()) h.flags |= wire::flags::kAckRequest;
   }
   e.ack_requested = (h.flags & wire::flags::kAckRequest) != 0;
   if (retransmission) h.flags |= wire::flags::kRetransmit;
