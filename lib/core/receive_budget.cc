@@ -14,6 +14,7 @@ void ReceiveBudget::AddConnection(ActivityMark& mark, uint16_t pairs) {
   if (groups_.empty() || groups_.back().stamped) groups_.push_back(SetupGroup{});
   groups_.back().last_serial = mark.serial;
   groups_.back().pending_pairs += pairs;
+  roll_check_at_ = Instant{INT64_MIN};  // its group is stamped at the next event
 }
 
 void ReceiveBudget::OnLocalPost(ActivityMark& mark) {
@@ -24,6 +25,7 @@ void ReceiveBudget::OnLocalPost(ActivityMark& mark) {
 
 void ReceiveBudget::RemoveConnection(ActivityMark& mark) {
   connections_ -= connections_ > 0;
+  roll_check_at_ = Instant{INT64_MIN};  // the epoch's length in bytes may be shorter now
   if (mark.pending) {
     if (SetupGroup* g = GroupOf(mark)) g->pending_pairs -= mark.pairs;
     mark.pending = false;
@@ -41,16 +43,20 @@ ReceiveBudget::SetupGroup* ReceiveBudget::GroupOf(const ActivityMark& mark) {
   return mark.serial > first ? &*it : nullptr;  // older groups have expired
 }
 
-void ReceiveBudget::Roll(Instant now) {
-  const Duration elapsed = now - epoch_start_;
-  const uint64_t epoch_bytes = std::max<uint64_t>(
-      config_.budget_bytes, kEpochPacketsPerConnection * uint64_t{config_.mtu} * connections_);
+Duration ReceiveBudget::EpochLimit() const {
   // An epoch also ends after twice the previous one's duration: when most connections stop, the
   // bytes slow down with them, and those still sending must not wait for the full byte count
   // (their shares kept small by the connections gone) before the count notices.
-  const Duration limit = previous_length_ > Duration(0)
-                             ? std::min(config_.active_window, 2 * previous_length_)
-                             : config_.active_window;
+  return previous_length_ > Duration(0) ? std::min(config_.active_window, 2 * previous_length_)
+                                        : config_.active_window;
+}
+
+void ReceiveBudget::Roll(Instant now) {
+  if (now < roll_check_at_ && epoch_bytes_ < roll_check_bytes_) return;
+  const Duration elapsed = now - epoch_start_;
+  const uint64_t epoch_bytes = std::max<uint64_t>(
+      config_.budget_bytes, kEpochPacketsPerConnection * uint64_t{config_.mtu} * connections_);
+  const Duration limit = EpochLimit();
   if (elapsed >= limit || epoch_bytes_ >= epoch_bytes) {
     // An epoch ended by active_window does not set the pace of the next; a whole epoch of
     // silence forgets the previous one too.
@@ -73,6 +79,13 @@ void ReceiveBudget::Roll(Instant now) {
     expired_below_ = groups_.front().last_serial;
     groups_.pop_front();
   }
+  // Nothing above changes before the epoch's limit (as it stands now that it may have begun
+  // anew), its bytes, or the oldest group's expiry (every group is stamped now).
+  roll_check_at_ = epoch_start_ + EpochLimit();
+  if (!groups_.empty()) {
+    roll_check_at_ = std::min(roll_check_at_, groups_.front().stamped_at + config_.active_window);
+  }
+  roll_check_bytes_ = epoch_bytes;
 }
 
 void ReceiveBudget::OnData(Instant now, ActivityMark& mark, uint32_t bytes) {

@@ -132,7 +132,12 @@ class ReceiveBudget {
     bool stamped = false;
     uint64_t pending_pairs = 0;
   };
+  // Ends the epoch when its time or bytes are up, stamps the newest set-up group, expires old
+  // ones. Called for every data packet and every hint: it returns at once while nothing of that
+  // can happen (before roll_check_at_, below roll_check_bytes_).
   void Roll(Instant now);
+  // How long the current epoch may last: active_window, or less after an epoch its bytes ended.
+  Duration EpochLimit() const;
   SetupGroup* GroupOf(const ActivityMark& mark);
 
   ReceiveBudgetConfig config_;
@@ -146,6 +151,11 @@ class ReceiveBudget {
   uint64_t next_serial_ = 1;
   uint64_t expired_below_ = 0;           // serials up to this one belong to expired groups
   uint64_t connections_ = 0;
+  // Roll has nothing to do before this instant (the epoch's time limit, the oldest group's
+  // expiry) while the epoch has fewer bytes than roll_check_bytes_; a connection added (a group
+  // to stamp) or removed (fewer bytes end the epoch) sets it back, so that the next call checks.
+  Instant roll_check_at_{INT64_MIN};
+  uint64_t roll_check_bytes_ = 0;
 };
 
 }  // namespace metaroce::core

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace metaroce::core {
 namespace {
 
@@ -70,6 +72,31 @@ TEST(ReceiveBudget_Hint, IsAtLeastOneByte) {
   ActivityMark m;
   b.AddConnection(m, 64);
   EXPECT_EQ(b.Hint(At(0 * kUs)), 1u);
+}
+
+// An epoch's length in bytes follows the connections there are: removing most of them shortens
+// the epoch under way at once (Roll's shortcut must not keep the longer length it computed).
+TEST(ReceiveBudget_Epochs, RemovedConnectionsShortenTheEpochUnderWay) {
+  ReceiveBudget b(Config());  // 80,000 bytes, 1,000-byte packets
+  ActivityMark quiet, busy;
+  std::vector<ActivityMark> others(98);
+  b.AddConnection(quiet, 1);
+  b.AddConnection(busy, 1);
+  for (ActivityMark& m : others) b.AddConnection(m, 1);
+  // 100 connections: an epoch is two packets each, 200,000 bytes.
+  b.OnData(At(0 * kUs), quiet, 1000);
+  b.OnData(At(0 * kUs), busy, 1000);
+  for (ActivityMark& m : others) b.RemoveConnection(m);
+  EXPECT_EQ(b.counted_pairs(), 2u);
+  // Two connections: an epoch is the budget, 80,000 bytes, and the silent one is forgotten
+  // after two of them.
+  uint64_t bytes = 2000;
+  for (int t = 1; b.counted_pairs() > 1 && bytes < 400'000; ++t) {
+    b.OnData(At(t * kUs), busy, 1000);
+    bytes += 1000;
+  }
+  EXPECT_EQ(b.counted_pairs(), 1u);
+  EXPECT_LE(bytes, 2 * 80'000u + 2000);
 }
 
 TEST(ReceiveBudget_Epochs, AConnectionThatStoppedIsForgottenWithinTwoEpochsOfBytes) {
