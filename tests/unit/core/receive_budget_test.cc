@@ -74,6 +74,20 @@ TEST(ReceiveBudget_Hint, IsAtLeastOneByte) {
   EXPECT_EQ(b.Hint(At(0 * kUs)), 1u);
 }
 
+// A connection set up while the budget is between checks counts from the next event on, for one
+// active_window (Roll's shortcut must not leave its group unstamped until the epoch ends).
+TEST(ReceiveBudget_Hint, AConnectionSetUpBetweenEventsExpiresAWindowAfterTheNextEvent) {
+  ReceiveBudget b(Config());  // active_window 1000 us
+  ActivityMark busy, late;
+  b.AddConnection(busy, 8);
+  b.OnData(At(0 * kUs), busy, 1000);
+  b.AddConnection(late, 8);  // never sends
+  EXPECT_EQ(b.Hint(At(100 * kUs)), 5'000u);  // its group's first event: 100 us
+  b.OnData(At(1050 * kUs), busy, 1000);
+  EXPECT_EQ(b.counted_pairs(), 16u);
+  EXPECT_EQ(b.Hint(At(1100 * kUs)), 10'000u) << "counted until 100 + 1000 us";
+}
+
 // An epoch's length in bytes follows the connections there are: removing most of them shortens
 // the epoch under way at once (Roll's shortcut must not keep the longer length it computed).
 TEST(ReceiveBudget_Epochs, RemovedConnectionsShortenTheEpochUnderWay) {
