@@ -216,7 +216,7 @@ PortFeatures FeaturesFromDescriptions(const std::vector<std::string>& descriptio
     need_wakeup &= absl::StrContains(d, " need_wakeup");
     busy_poll &= absl::StrContains(d, " busy_poll") &&
                  !absl::StrContains(d, "busy_poll unsupported");
-    multi_buffer &= absl::StrContains(d, " multi_buffer");
+    multi_buffer &= absl::StrContains(d, " multi-buffer ");
   }
   if (!any) return f;
   f.zero_copy = zero_copy;

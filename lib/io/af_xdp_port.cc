@@ -158,6 +158,7 @@ absl::Status AfXdpPort::Init() {
     return absl::InternalError("fill ring smaller than the receive frames (bug)");
   }
 
+  if (!zero_copy_) SetTxBudget();
   if (o.busy_poll) {
     const int one = 1;
     const int usecs = static_cast<int>(o.busy_poll_usecs);
@@ -174,6 +175,24 @@ absl::Status AfXdpPort::Init() {
     busy_poll_state_ = failed.empty() ? "busy_poll" : "busy_poll unsupported (" + failed + ")";
   }
   return absl::OkStatus();
+}
+
+void AfXdpPort::SetTxBudget() {
+  // Each copy-mode sendto() pays a system call, the socket's TX lock and a softirq run; with
+  // the kernel's 32 descriptors a call, a jumbo frame of three UMEM frames moved ~10 packets a
+  // call (docs/performance.md: "Datapath decisions").
+#ifdef XDP_MAX_TX_SKB_BUDGET
+  constexpr int kOption = XDP_MAX_TX_SKB_BUDGET;
+#else
+  constexpr int kOption = 9;  // <linux/if_xdp.h> since Linux 6.17; Debian 12's headers predate it
+#endif
+  const uint32_t want = options_.tx_budget == 0 ? options_.ring_size : options_.tx_budget;
+  if (setsockopt(xsk_fd_, SOL_XDP, kOption, &want, sizeof want) == 0) {
+    tx_budget_ = want;
+    return;
+  }
+  // ENOPROTOOPT: a kernel before 6.17; EACCES: outside 32..the TX ring's size.
+  tx_budget_refusal_ = absl::StrCat("XDP_MAX_TX_SKB_BUDGET ", want, ": ", std::strerror(errno));
 }
 
 absl::Status AfXdpPort::MapUmem() {
@@ -463,15 +482,15 @@ void AfXdpPort::KickTx() {
   auto unconsumed = [this] {
     return *rings_->tx.producer - __atomic_load_n(rings_->tx.consumer, __ATOMIC_ACQUIRE);
   };
-  // Copy mode transmits only inside sendto() and at most 32 frames per call (EAGAIN: more
-  // remain), so kick until drained. Zero-copy with need_wakeup: only when the driver asks.
+  // Copy mode transmits only inside sendto() and at most tx_budget_ frames per call (EAGAIN:
+  // more remain), so kick until drained. Zero-copy with need_wakeup: only when the driver asks.
   const bool must_kick = !zero_copy_ || !options_.need_wakeup ||
                          xsk_ring_prod__needs_wakeup(&rings_->tx);
   if (!must_kick) return;
   uint32_t left = unconsumed();
-  // Bounded: one kick per 32 descriptors plus slack; a kernel making no progress (ENOBUFS,
-  // device busy) is retried by the next Flush().
-  int kicks_left = static_cast<int>(left / 32) + 4;
+  // Bounded: one kick per budget of descriptors plus slack; a kernel making no progress
+  // (ENOBUFS, device busy) is retried by the next Flush().
+  int kicks_left = static_cast<int>(left / tx_budget_) + 4;
   while (left > 0 && kicks_left-- > 0) {
     const ssize_t r = sendto(xsk_fd_, nullptr, 0, MSG_DONTWAIT, nullptr, 0);
     if (r < 0 && errno != EAGAIN && errno != EBUSY && errno != ENOBUFS && errno != EINTR) {
@@ -657,6 +676,10 @@ std::string AfXdpPort::description() const {
   if (!busy_poll_state_.empty()) absl::StrAppend(&d, " ", busy_poll_state_);
   if (umem_huge_pages_) absl::StrAppend(&d, " hugepages");
   if (options_.huge_pages && !umem_huge_pages_) absl::StrAppend(&d, " (no hugepages available)");
+  if (!zero_copy_) {
+    absl::StrAppend(&d, " tx_budget ", tx_budget_);
+    if (!tx_budget_refusal_.empty()) absl::StrAppend(&d, " (", tx_budget_refusal_, ")");
+  }
   absl::StrAppend(&d, " frame ", options_.frame_size);
   if (options_.multi_buffer) absl::StrAppend(&d, " multi-buffer ", options_.max_frame_bytes);
   return d;

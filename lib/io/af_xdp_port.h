@@ -20,8 +20,9 @@
 // Modes: zero-copy needs driver support (veth has none: EOPNOTSUPP); kAuto tries it and falls
 // back to copy mode. zero_copy() says which one is in use (to code: tools report it from there);
 // description() says it to people, with the driver's refusal. In copy mode the kernel
-// transmits at most 32 frames per sendto() kick and answers EAGAIN when more remain: Flush()
-// kicks until the TX ring is drained or the kernel stops making progress.
+// transmits only inside sendto(), at most Options::tx_budget descriptors a call (32 where the
+// kernel refuses to raise it), and answers EAGAIN when more remain: Flush() kicks until the TX
+// ring is drained or the kernel stops making progress.
 //
 // Threading: one owner thread for every method (the PacketPort contract). Open() must run in the
 // network namespace that holds the interface (the calling thread's).
@@ -74,6 +75,11 @@ class AfXdpPort final : public PacketPort {
     uint32_t frame_count = 4096;  // UMEM frames, half for receive and half for transmit
     uint32_t ring_size = 2048;    // RX and TX descriptor rings (power of two)
     uint32_t batch_size = 64;     // most descriptors handled per Receive() call
+    // Copy mode transmits only inside sendto(), at most this many TX descriptors a call
+    // (XDP_MAX_TX_SKB_BUDGET, Linux 6.17+; the kernel's default and older kernels' fixed
+    // figure is 32). 0: the TX ring's size, so one sendto() sends all that is queued. A kernel
+    // that refuses it keeps 32, and description() says why.
+    uint32_t tx_budget = 0;
     bool need_wakeup = true;      // XDP_USE_NEED_WAKEUP: kick the kernel only when it asks
     // SO_PREFER_BUSY_POLL + SO_BUSY_POLL(busy_poll_usecs) + SO_BUSY_POLL_BUDGET(batch_size).
     // When the kernel refuses, the port still opens and description() says so.
@@ -136,6 +142,7 @@ class AfXdpPort final : public PacketPort {
   void RefillFillRing();
   void KickTx();
   void KickFillRing();
+  void SetTxBudget();  // copy mode: Options::tx_budget, or the kernel keeps its 32
   // The xsk_ring_drops probe (docs/tracing.md): while a tracer is attached, every 256th
   // Receive() reads XDP_STATISTICS and fires the probe with what grew since the last reading.
   void ProbeRingDrops();
@@ -166,7 +173,10 @@ class AfXdpPort final : public PacketPort {
   int xsk_fd_ = -1;
   bool zero_copy_ = false;
   std::string zero_copy_refusal_;  // why kAuto fell back to copy mode
+  static constexpr uint32_t kKernelTxBudget = 32;  // the kernel's TX_BATCH_SIZE
   std::string busy_poll_state_;  // "" (off), "busy_poll", or "busy_poll unsupported (...)"
+  uint32_t tx_budget_ = kKernelTxBudget;  // descriptors one sendto() transmits (copy mode)
+  std::string tx_budget_refusal_;         // why the kernel kept its default
 
   // libxdp ring handles (struct xsk_ring_prod / xsk_ring_cons), kept opaque to this header.
   struct Rings;

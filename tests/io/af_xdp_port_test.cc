@@ -2,12 +2,14 @@
 // pair (suite 'privileged'): UDP port -> AF_XDP and AF_XDP -> UDP port, 10k packets each, byte
 // for byte, UDP checksums verified both ways (the kernel checks ours); CE; ping unaffected;
 // errors that name their fix; a short AF_XDP <-> AF_XDP throughput figure; jumbo frames over
-// multi-buffer sockets.
+// multi-buffer sockets; the copy-mode transmit budget.
 #include "lib/io/af_xdp_port.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "lib/io/interface_info.h"
 #include "lib/io/udp_port.h"
 #include "lib/io/xdp_steering.h"
@@ -181,6 +183,41 @@ TEST(AfXdpPort_MultiBuffer, OptionsAreChecked) {
   p = AfXdpPort::Open(o);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(p.status().message()), HasSubstr("frame_count"));
+}
+
+// Copy mode sends inside sendto(), a budget of descriptors a call: the TX ring's size by
+// default where the kernel takes XDP_MAX_TX_SKB_BUDGET (6.17+), its 32 otherwise, and a budget
+// it refuses is said in the description. Whatever the budget, every packet goes.
+TEST_F(AfXdpPortTest, TxBudgetTakenOrItsRefusalSaid) {
+  struct Case {
+    uint32_t budget;
+    std::string expect;  // in the sender's description
+  };
+  for (const Case& c : {Case{0, " tx_budget "}, Case{64, " tx_budget "},
+                        Case{8, " tx_budget 32 (XDP_MAX_TX_SKB_BUDGET 8: "}}) {
+    SCOPED_TRACE(c.budget);
+    ExchangeOptions o;
+    o.count = 5000;
+    o.window = 1024;
+    o.dst = *IpAddress::Parse("198.18.0.2");
+    AfXdpPort::Options base;
+    base.tx_budget = c.budget;
+    const ExchangeResult r = RunExchange(*pair_, 0, AfXdpPortOn(pair_->ifname(0), base), 1,
+                                         UdpPortAt("198.18.0.2"), o);
+    EXPECT_EQ(r.sender_error, "");
+    EXPECT_EQ(r.received, o.count);
+    EXPECT_EQ(r.corrupt, 0u);
+    EXPECT_THAT(r.sender_description, HasSubstr(c.expect));
+    const std::string wanted =
+        absl::StrCat(" tx_budget ", c.budget == 0 ? 2048 : c.budget, " ");
+    const bool taken = absl::StrContains(r.sender_description, wanted);
+    const bool refused = absl::StrContains(r.sender_description, " tx_budget 32 (XDP_MAX_TX");
+    EXPECT_TRUE(taken != refused) << r.sender_description;
+    if (c.budget == 8) {
+      EXPECT_TRUE(refused) << "below the kernel's 32";
+    }
+    std::printf("tx_budget %u: %s\n", c.budget, r.sender_description.c_str());
+  }
 }
 
 TEST_F(AfXdpPortTest, PingStillWorksWithThePortOpen) {

@@ -33,6 +33,19 @@ TEST(Features, TrueOnlyWhenEveryPortHasIt) {
   EXPECT_FALSE(f.busy_poll);
 }
 
+TEST(Features, MultiBufferAsThePortSaysIt) {
+  PortFeatures f = FeaturesFromDescriptions(
+      {"af_xdp pl0 queue 0 copy-mode (zero-copy refused: Operation not supported) need_wakeup "
+       "tx_budget 2048 frame 4096 multi-buffer 9018",
+       "af_xdp pl1 queue 0 copy-mode need_wakeup tx_budget 2048 frame 4096 multi-buffer 9018"});
+  EXPECT_TRUE(f.multi_buffer);
+  EXPECT_FALSE(f.zero_copy);
+  f = FeaturesFromDescriptions(
+      {"af_xdp pl0 queue 0 copy-mode need_wakeup tx_budget 2048 frame 4096 multi-buffer 9018",
+       "af_xdp pl1 queue 0 copy-mode need_wakeup tx_budget 2048 frame 2048"});
+  EXPECT_FALSE(f.multi_buffer) << "one port without it";
+}
+
 TEST(Features, KernelUdpPortsHaveNone) {
   PortFeatures f = FeaturesFromDescriptions({"udp io_uring 198.18.0.2:4792"});
   EXPECT_FALSE(f.zero_copy);
