@@ -168,6 +168,12 @@ class Domain {
   //   last send).
   void ProgressLoop(bool only_when_idle);
   static constexpr std::chrono::microseconds kWatchdogIdle{500};
+  // Progress()'s handling of the transport's completions (both queues), then the endpoints'
+  // waiting work; returns whether it found a completion. Requires mu.
+  bool HandleCompletions();
+  // Engine iterations one Progress() runs at most: the first, and then one after each round of
+  // completions that gave the application nothing (bounded, so that a call returns).
+  static constexpr int kMaxPollsPerProgress = 4;
   std::thread progress_thread_;
   std::atomic<bool> stop_{false};
   // Progress() calls so far: the watchdog reads it, so that a call costs no clock read.
