@@ -17,7 +17,6 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -205,18 +204,17 @@ api::ContextOptions ContextOptionsFrom(const Config& config, const PullRate& pul
   return o;
 }
 
-PortFeatures FeaturesFromDescriptions(const std::vector<std::string>& descriptions) {
+PortFeatures FeaturesOfPorts(const std::vector<io::PortFeatures>& ports) {
   PortFeatures f;
   bool any = false;
   bool zero_copy = true, need_wakeup = true, busy_poll = true, multi_buffer = true;
-  for (const std::string& d : descriptions) {
-    if (!absl::StartsWith(d, "af_xdp")) continue;
+  for (const io::PortFeatures& p : ports) {
+    if (!p.af_xdp) continue;
     any = true;
-    zero_copy &= absl::StrContains(d, " zero-copy") && !absl::StrContains(d, " copy-mode");
-    need_wakeup &= absl::StrContains(d, " need_wakeup");
-    busy_poll &= absl::StrContains(d, " busy_poll") &&
-                 !absl::StrContains(d, "busy_poll unsupported");
-    multi_buffer &= absl::StrContains(d, " multi-buffer ");
+    zero_copy &= p.zero_copy;
+    need_wakeup &= p.need_wakeup;
+    busy_poll &= p.busy_poll;
+    multi_buffer &= p.multi_buffer;
   }
   if (!any) return f;
   f.zero_copy = zero_copy;
@@ -283,14 +281,14 @@ absl::Status Daemon::StartParts() {
   if (!context.ok()) return context.status();
   context_ = *std::move(context);
   port_descriptions_.assign(c.daemon.interfaces.size(), {});
-  std::vector<std::string> all;
+  std::vector<io::PortFeatures> all;
   for (const engine::WorkerStats& w : context_->Stats()) {
     for (size_t p = 0; p < w.port_descriptions.size() && p < port_descriptions_.size(); ++p) {
       port_descriptions_[p].push_back(w.port_descriptions[p]);
-      all.push_back(w.port_descriptions[p]);
     }
+    all.insert(all.end(), w.port_features.begin(), w.port_features.end());
   }
-  features_ = FeaturesFromDescriptions(all);
+  features_ = FeaturesOfPorts(all);
 
   const PathPolicy policy = PathPolicyFrom(c.paths);
   ConnectionManagerOptions cm;

@@ -61,18 +61,19 @@
 #include "daemon/sd_notify.h"
 #include "lib/api/context.h"
 #include "lib/control/json.h"
+#include "lib/io/packet_port.h"
 
 namespace metaroce::daemon {
 
-// Features of the packet ports as their descriptions state them (daemon.show `features`).
+// Features of the host's packet ports together (daemon.show `features`): a field is true only
+// when every AF_XDP port has it; all false without AF_XDP ports.
 struct PortFeatures {
   bool zero_copy = false;
   bool need_wakeup = false;
   bool busy_poll = false;
   bool multi_buffer = false;
 };
-// True only when every AF_XDP port has the feature; all false for non-AF_XDP ports.
-PortFeatures FeaturesFromDescriptions(const std::vector<std::string>& descriptions);
+PortFeatures FeaturesOfPorts(const std::vector<io::PortFeatures>& ports);
 
 // The policy a config's [paths] section sets.
 PathPolicy PathPolicyFrom(const PathSettings& paths);

@@ -821,6 +821,7 @@ WorkerStats Worker::Stats() const {
   for (const auto& p : ports_) {
     s.ports.push_back(p->stats());
     s.port_descriptions.push_back(p->description());
+    s.port_features.push_back(p->features());
   }
   return s;
 }

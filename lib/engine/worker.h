@@ -120,6 +120,7 @@ struct WorkerStats {
   core::EndpointCounters endpoint;
   std::vector<io::PortStats> ports;  // per plane
   std::vector<std::string> port_descriptions;
+  std::vector<io::PortFeatures> port_features;  // per plane, as port_descriptions
 };
 
 // Everything about one connection, taken on its owner thread.

@@ -172,7 +172,8 @@ absl::Status AfXdpPort::Init() {
                0) {
       failed = absl::StrCat("SO_BUSY_POLL_BUDGET: ", std::strerror(errno));
     }
-    busy_poll_state_ = failed.empty() ? "busy_poll" : "busy_poll unsupported (" + failed + ")";
+    busy_poll_ = failed.empty();
+    busy_poll_state_ = busy_poll_ ? "busy_poll" : "busy_poll unsupported (" + failed + ")";
   }
   return absl::OkStatus();
 }
@@ -516,7 +517,7 @@ size_t AfXdpPort::Receive(std::span<RxPacket> out) {
   const uint32_t got = xsk_ring_cons__peek(&rings_->rx, want, &index);
   if (got == 0) {
     KickFillRing();
-    if (busy_poll_state_ == "busy_poll") {
+    if (busy_poll_) {
       recvfrom(xsk_fd_, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);  // drives the busy poll
     }
     return 0;
@@ -664,6 +665,14 @@ PortStats AfXdpPort::stats() const {
     s.rx_kernel_dropped = xdp.rx_dropped;
   }
   return s;
+}
+
+PortFeatures AfXdpPort::features() const {
+  return {.af_xdp = true,
+          .zero_copy = zero_copy_,
+          .need_wakeup = options_.need_wakeup,
+          .busy_poll = busy_poll_,
+          .multi_buffer = options_.multi_buffer};
 }
 
 std::string AfXdpPort::description() const {

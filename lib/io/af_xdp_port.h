@@ -123,6 +123,7 @@ class AfXdpPort final : public PacketPort {
   int wait_fd() const override { return xsk_fd_; }
   PortStats stats() const override;
   std::string description() const override;
+  PortFeatures features() const override;
 
   // The socket to register in the steering program's XSKMAP under queue_id().
   int xsk_fd() const { return xsk_fd_; }
@@ -175,6 +176,7 @@ class AfXdpPort final : public PacketPort {
   std::string zero_copy_refusal_;  // why kAuto fell back to copy mode
   static constexpr uint32_t kKernelTxBudget = 32;  // the kernel's TX_BATCH_SIZE
   std::string busy_poll_state_;  // "" (off), "busy_poll", or "busy_poll unsupported (...)"
+  bool busy_poll_ = false;       // the kernel took all three busy-poll options
   uint32_t tx_budget_ = kKernelTxBudget;  // descriptors one sendto() transmits (copy mode)
   std::string tx_budget_refusal_;         // why the kernel kept its default
 

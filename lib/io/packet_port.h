@@ -52,6 +52,16 @@ struct PortStats {
   uint64_t tx_segmented_messages = 0;
 };
 
+// What a port does, for code to act on and report (description() says it to people, with the
+// kernel's reasons for what it refused).
+struct PortFeatures {
+  bool af_xdp = false;        // an AF_XDP socket; the fields below are about it
+  bool zero_copy = false;     // XDP_ZEROCOPY (else copy mode)
+  bool need_wakeup = false;   // XDP_USE_NEED_WAKEUP
+  bool busy_poll = false;     // the kernel took SO_PREFER_BUSY_POLL, SO_BUSY_POLL and its budget
+  bool multi_buffer = false;  // XDP_USE_SG: frames span UMEM frames (jumbo MTUs)
+};
+
 class PacketPort {
  public:
   virtual ~PacketPort() = default;
@@ -74,6 +84,8 @@ class PacketPort {
   // What the port really is, e.g. "af_xdp copy mode, need_wakeup" or "udp io_uring": reported
   // by tools so that a user knows which datapath a figure came from.
   virtual std::string description() const = 0;
+  // The same in fields; all false for ports other than AF_XDP.
+  virtual PortFeatures features() const { return {}; }
 };
 
 }  // namespace metaroce::io

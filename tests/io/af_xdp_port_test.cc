@@ -220,6 +220,39 @@ TEST_F(AfXdpPortTest, TxBudgetTakenOrItsRefusalSaid) {
   }
 }
 
+// What the port opened, in fields (daemon.show and mrperf act on them, not on the words of its
+// description): veth refuses zero-copy, and need_wakeup and multi-buffer are as asked.
+TEST_F(AfXdpPortTest, FeaturesAreWhatItOpened) {
+  for (const bool wakeup : {true, false}) {
+    SCOPED_TRACE(wakeup);
+    pair_->RunIn(0, [&] {
+      AfXdpPort::Options o;
+      o.need_wakeup = wakeup;
+      o.multi_buffer = !wakeup;
+      o.max_frame_bytes = 1500 + 18;
+      o.busy_poll = true;
+      absl::StatusOr<OpenedPort> opened = AfXdpPortOn(pair_->ifname(0), o)();
+      ASSERT_TRUE(opened.ok()) << opened.status();
+      const auto& port = static_cast<const AfXdpPort&>(*opened->port);
+      const PortFeatures f = port.features();
+      const std::string d = port.description();
+      EXPECT_TRUE(f.af_xdp);
+      EXPECT_FALSE(f.zero_copy) << d;
+      EXPECT_EQ(f.zero_copy, port.zero_copy());
+      EXPECT_EQ(f.need_wakeup, wakeup);
+      EXPECT_EQ(f.multi_buffer, !wakeup);
+      EXPECT_EQ(f.busy_poll, !absl::StrContains(d, "busy_poll unsupported")) << d;
+      EXPECT_TRUE(absl::StrContains(d, " busy_poll")) << d;
+    });
+  }
+  pair_->RunIn(0, [&] {
+    absl::StatusOr<std::unique_ptr<UdpPort>> udp =
+        UdpPort::Open({.local_ip = *IpAddress::Parse("198.18.0.1")});
+    ASSERT_TRUE(udp.ok()) << udp.status();
+    EXPECT_FALSE((*udp)->features().af_xdp);
+  });
+}
+
 TEST_F(AfXdpPortTest, PingStillWorksWithThePortOpen) {
   pair_->RunIn(0, [&] {
     absl::StatusOr<OpenedPort> opened = AfXdpPortOn(pair_->ifname(0))();

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "lib/api/stats_json.h"
-#include "lib/io/af_xdp_port.h"
+#include "lib/io/packet_port.h"
 #include "lib/core/path_state.h"
 
 namespace metaroce::perf {
@@ -188,11 +188,11 @@ bool EmitJson(const PerfOptions& o, const JsonValue& doc) {
 }
 
 void PortModes::Record(const io::PacketPort& port) {
-  const auto* xsk = dynamic_cast<const io::AfXdpPort*>(&port);
-  if (xsk == nullptr) return;
+  const io::PortFeatures f = port.features();
+  if (!f.af_xdp) return;
   absl::MutexLock lock(&mu_);
   ++af_xdp_;
-  if (xsk->zero_copy()) ++zero_copy_;
+  if (f.zero_copy) ++zero_copy_;
 }
 
 bool PortModes::zero_copy() const {

@@ -14,45 +14,43 @@ namespace {
 
 using ::testing::HasSubstr;
 
+io::PortFeatures AfXdp(bool zero_copy, bool need_wakeup, bool busy_poll, bool multi_buffer) {
+  return {.af_xdp = true,
+          .zero_copy = zero_copy,
+          .need_wakeup = need_wakeup,
+          .busy_poll = busy_poll,
+          .multi_buffer = multi_buffer};
+}
+
 TEST(Features, CopyModeVethPort) {
-  PortFeatures f = FeaturesFromDescriptions(
-      {"af_xdp pl0 queue 0 copy-mode (zero-copy refused: Operation not supported) need_wakeup "
-       "frame 2048"});
-  EXPECT_FALSE(f.zero_copy);  // "zero-copy" inside the refusal does not count
+  PortFeatures f = FeaturesOfPorts({AfXdp(false, true, false, false)});
+  EXPECT_FALSE(f.zero_copy);
   EXPECT_TRUE(f.need_wakeup);
   EXPECT_FALSE(f.busy_poll);
   EXPECT_FALSE(f.multi_buffer);
 }
 
 TEST(Features, TrueOnlyWhenEveryPortHasIt) {
-  PortFeatures f = FeaturesFromDescriptions(
-      {"af_xdp eth0 queue 0 zero-copy need_wakeup busy_poll frame 4096",
-       "af_xdp eth0 queue 1 zero-copy need_wakeup busy_poll unsupported (EPERM) frame 4096"});
+  PortFeatures f =
+      FeaturesOfPorts({AfXdp(true, true, true, true), AfXdp(true, true, false, false)});
   EXPECT_TRUE(f.zero_copy);
   EXPECT_TRUE(f.need_wakeup);
   EXPECT_FALSE(f.busy_poll);
-}
-
-TEST(Features, MultiBufferAsThePortSaysIt) {
-  PortFeatures f = FeaturesFromDescriptions(
-      {"af_xdp pl0 queue 0 copy-mode (zero-copy refused: Operation not supported) need_wakeup "
-       "tx_budget 2048 frame 4096 multi-buffer 9018",
-       "af_xdp pl1 queue 0 copy-mode need_wakeup tx_budget 2048 frame 4096 multi-buffer 9018"});
-  EXPECT_TRUE(f.multi_buffer);
-  EXPECT_FALSE(f.zero_copy);
-  f = FeaturesFromDescriptions(
-      {"af_xdp pl0 queue 0 copy-mode need_wakeup tx_budget 2048 frame 4096 multi-buffer 9018",
-       "af_xdp pl1 queue 0 copy-mode need_wakeup tx_budget 2048 frame 2048"});
   EXPECT_FALSE(f.multi_buffer) << "one port without it";
+  f = FeaturesOfPorts({AfXdp(false, true, true, true), AfXdp(true, false, true, true)});
+  EXPECT_FALSE(f.zero_copy);
+  EXPECT_FALSE(f.need_wakeup);
+  EXPECT_TRUE(f.busy_poll);
+  EXPECT_TRUE(f.multi_buffer);
 }
 
 TEST(Features, KernelUdpPortsHaveNone) {
-  PortFeatures f = FeaturesFromDescriptions({"udp io_uring 198.18.0.2:4792"});
+  PortFeatures f = FeaturesOfPorts({io::PortFeatures{}, io::PortFeatures{}});
   EXPECT_FALSE(f.zero_copy);
   EXPECT_FALSE(f.need_wakeup);
   EXPECT_FALSE(f.busy_poll);
   EXPECT_FALSE(f.multi_buffer);
-  EXPECT_FALSE(FeaturesFromDescriptions({}).need_wakeup);
+  EXPECT_FALSE(FeaturesOfPorts({}).need_wakeup);
 }
 
 TEST(ConfigToManagers, PathPolicyAndLimits) {
