@@ -369,7 +369,7 @@ inline void SetSeq(std::vector<std::byte>& d, uint32_t seq) { std::memcpy(d.data
 // seven of 8,916 and one of 3,124). A ceiling that sent full datagrams only would carry 9 % more
 // bytes per datagram than the stack at that MTU, and measure the message size, not the protocol.
 struct MessageFrames {
-  std::vector<std::byte> full, last;
+  std::vector<std::byte> full, last;  // full: empty when the message is one datagram
   uint64_t count = 1;
   std::vector<std::byte>& at(uint64_t k) { return k % count + 1 == count ? last : full; }
 };
@@ -377,7 +377,7 @@ MessageFrames MakeMessageFrames(uint64_t size, uint32_t mtu) {
   MessageFrames f;
   f.count = std::max<uint64_t>(1, (size + mtu - 1) / mtu);
   const uint64_t full = std::min<uint64_t>(size, mtu);
-  f.full = MakeDatagram(static_cast<uint32_t>(full));
+  if (f.count > 1) f.full = MakeDatagram(static_cast<uint32_t>(full));  // at() takes it
   f.last = MakeDatagram(static_cast<uint32_t>(size - (f.count - 1) * full));
   return f;
 }
