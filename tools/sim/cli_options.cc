@@ -190,6 +190,9 @@ const std::vector<FlagSpec>& Flags() {
        UnsignedSetter("reorder-buffer-kb", &ScenarioConfig::reorder_buffer_kb)},
       {"mtu", "BYTES", "payload bytes per data packet (default 4096)",
        UnsignedSetter("mtu", &ScenarioConfig::mtu)},
+      {"ack-every", "K", "the responder ACKs every K in-order packets of a path (default: the "
+                         "core's, 2; metaroced and mrperf run 16)",
+       UnsignedSetter("ack-every", &ScenarioConfig::ack_every)},
       {"seed", "S", "seed of every random choice (default 1)",
        UnsignedSetter("seed", &ScenarioConfig::seed)},
       {"json", "", "print the result as one JSON object",

@@ -388,6 +388,7 @@ absl::Status Simulation::Setup() {
     base.profile = ProfileOf(config_.transport, config_.reorder_buffer_kb);
     base.mtu = config_.mtu;
     base.ordered_completion = config_.ordered_completion;
+    if (config_.ack_every != 0) base.ack_every = config_.ack_every;
     base.max_send_queue = std::max<uint32_t>(base.max_send_queue, config_.depth);
     base.max_recv_queue = std::max<uint32_t>(base.max_recv_queue, config_.depth);
 

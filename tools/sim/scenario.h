@@ -115,6 +115,7 @@ struct ScenarioConfig {
   bool ordered_completion = false;
   uint32_t mtu = 4096;
   uint32_t reorder_buffer_kb = 1024;  // kReorderBuffer: the responder's buffer
+  uint32_t ack_every = 0;  // the responder's in-order packets per ACK; 0: the core's default
 
   // Workload.
   Operation op = Operation::kWrite;

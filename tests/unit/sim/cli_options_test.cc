@@ -17,7 +17,8 @@ absl::StatusOr<CommandLine> Parse(std::vector<const char*> args) {
 TEST(CliOptions_Parse, MapsFlagsOntoConfig) {
   auto cl = Parse({"--paths=4", "--connections", "2", "--size=64K", "--op=write_imm",
                    "--transport=reorder", "--loss=0.01", "--slow=1:25,2:50",
-                   "--blackhole", "0@100-250.5", "--json", "--ordered", "--delay-us=3.5"});
+                   "--blackhole", "0@100-250.5", "--json", "--ordered", "--delay-us=3.5",
+                   "--ack-every=16"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   const ScenarioConfig& c = cl->config;
   EXPECT_EQ(c.physical_paths, 4);
@@ -34,6 +35,7 @@ TEST(CliOptions_Parse, MapsFlagsOntoConfig) {
   EXPECT_EQ(c.blackholes[0].window.end.ns, 250'500);
   EXPECT_EQ(c.delay.count(), 3500);
   EXPECT_TRUE(c.ordered_completion);
+  EXPECT_EQ(c.ack_every, 16u);
   EXPECT_TRUE(cl->json);
 }
 

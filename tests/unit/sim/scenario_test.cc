@@ -153,6 +153,22 @@ TEST(Scenario_Determinism, SameSeedGivesIdenticalJson) {
   EXPECT_NE(ResultToJson(*a), ResultToJson(*other));
 }
 
+// --ack-every reaches the responders: fewer ACKs for the same data, and the JSON says which.
+TEST(Scenario_AckEvery, CoalescesTheResponderAcks) {
+  ScenarioConfig c = SmallConfig();
+  c.messages = 32;
+  absl::StatusOr<ScenarioResult> every2 = RunScenario(c);
+  c.ack_every = 16;
+  absl::StatusOr<ScenarioResult> every16 = RunScenario(c);
+  ASSERT_TRUE(every2.ok() && every16.ok());
+  ExpectAllCompletedCleanly(*every2);
+  ExpectAllCompletedCleanly(*every16);
+  EXPECT_LT(every16->requester_counters.acks_rcvd, every2->requester_counters.acks_rcvd)
+      << Describe(*every16);
+  EXPECT_THAT(ResultToJson(*every16), ::testing::HasSubstr("\"ack_every\":16"));
+  EXPECT_THAT(ResultToJson(*every2), ::testing::HasSubstr("\"ack_every\":2"));
+}
+
 TEST(Scenario_Receives, LateReceivesAreRetriedNotLost) {
   ScenarioConfig c = SmallConfig();
   c.op = Operation::kSend;
