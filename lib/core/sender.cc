@@ -521,9 +521,7 @@ void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, uint32_t byte
   }
   if (path.pto_deadline == kNever) ArmPto(now, path);
   // [R5d] the connection's last packet for now: every path's tail is as long as it will get.
-  if (!MoreToSend()) {
-    for (SenderPath& p : paths_) ArmTailProbe(p, p.last_tx_at);
-  }
+  if (!MoreToSend()) ArmTailProbes();
 }
 
 bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission,
@@ -725,6 +723,19 @@ void Sender::ArmTailProbe(SenderPath& path, Instant since) {
   // pull (data probes into a full link spiralled at 2,000 connections).
   const bool query = LossQueryAllowed(path);
   if (!query && !TailProbeAllowed(path)) return;
+  ArmTailProbeAllowed(path, since, query);
+}
+
+void Sender::ArmTailProbes() {
+  // With nothing more to send, WaitingForPulls() is false (no path arms a loss query) and
+  // TailProbesDue() is this: what is left of ArmTailProbe's tests is the path's own.
+  if (!cfg_.tail_probes || cfg_.profile.recovery != RecoveryPolicy::kSelective) return;
+  for (SenderPath& p : paths_) {
+    if (PathMayTailProbe(p)) ArmTailProbeAllowed(p, p.last_tx_at, false);
+  }
+}
+
+void Sender::ArmTailProbeAllowed(SenderPath& path, Instant since, bool query) {
   const Duration rtt = latest_rtt_ > Duration(0) ? latest_rtt_ : path.rtt.srtt();
   Instant due = since + 2 * rtt + cfg_.delayed_ack;
   if ((query ? path.loss_queries : path.tail_probes) == 0) {

@@ -270,6 +270,13 @@ class Sender {
   // whenever the path's newest outstanding packet falls overdue: a PROBE, whose reply judges the
   // transmissions it followed (ResolveLossQuery). Up to kMaxTailProbes since progress too.
   void ArmTailProbe(SenderPath& path, Instant since);
+  // ArmTailProbe of every path, each since its latest transmission, when the connection has just
+  // sent its last packet for now (MoreToSend() false): the connection-wide tests (no loss
+  // queries then, since nothing waits for pulls; tail probes on and selective) asked once, not
+  // per path.
+  void ArmTailProbes();
+  // ArmTailProbe past its tests: `query` says whether it arms a loss query or a tail probe.
+  void ArmTailProbeAllowed(SenderPath& path, Instant since, bool query);
   // TailProbeAllowed: PathMayTailProbe (the path's probes, state and packets outstanding) and
   // TailProbesDue (the connection's: tail probes on, selective recovery, nothing more to send).
   bool TailProbeAllowed(const SenderPath& path) const;
