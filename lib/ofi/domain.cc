@@ -134,7 +134,11 @@ bool Domain::Progress() {
     const uint64_t delivered_before = delivered;
     const bool handled = HandleCompletions();
     work = work || handled;
-    if (!handled || delivered != delivered_before || polls == kMaxPollsPerProgress) break;
+    if (!handled || delivered != delivered_before) break;
+    if (polls == kMaxPollsPerProgress) {
+      context_->Poll();  // what this round posted leaves now; its completions, next call
+      break;
+    }
     if (!context_->Poll()) break;  // it found nothing: no completion waits
     work = true;
   }

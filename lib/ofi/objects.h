@@ -171,8 +171,9 @@ class Domain {
   // Progress()'s handling of the transport's completions (both queues), then the endpoints'
   // waiting work; returns whether it found a completion. Requires mu.
   bool HandleCompletions();
-  // Engine iterations one Progress() runs at most: the first, and then one after each round of
-  // completions that gave the application nothing (bounded, so that a call returns).
+  // Rounds of completions one Progress() handles at most, each after an engine iteration: the
+  // first, then another after each round that gave the application nothing (bounded, so that a
+  // call returns; the last such round's posts still leave in the call, as one more iteration).
   static constexpr int kMaxPollsPerProgress = 4;
   std::thread progress_thread_;
   std::atomic<bool> stop_{false};
