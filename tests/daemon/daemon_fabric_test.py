@@ -62,6 +62,12 @@ def main():
                 and all(k in d.get("features", {}) for k in
                         ("zero_copy", "need_wakeup", "busy_poll", "multi_buffer")),
                 "daemon show: protocol, port kind, versions, features")
+        # Taken from the ports themselves (PacketPort::features): veth refuses zero-copy, the
+        # ports ask for need_wakeup, and the fabric's MTU needs no multi-buffer.
+        feats = d.get("features", {})
+        f.check(feats.get("zero_copy") is False and feats.get("need_wakeup") is True and
+                feats.get("multi_buffer") is False,
+                "daemon show: features as the ports opened (copy mode, need_wakeup) %s" % feats)
         links = ctl_json(0, "link", "show").get("links", [])
         f.check([l.get("name") for l in links] == ["pl0", "pl1"] and
                 all(l.get("xdp", {}).get("attached") for l in links),
