@@ -467,6 +467,10 @@ const std::vector<FlagSpec>& ClusterFlags() {
                        [](uint64_t n, ClusterConfig& c) { c.connections_per_pair = uint32_t(n); })},
       {"mtu", "BYTES", "payload bytes per data packet (default 4096)",
        ClusterUnsigned("mtu", 65000, [](uint64_t n, ClusterConfig& c) { c.mtu = uint32_t(n); })},
+      {"ack-every", "K", "the responder ACKs every K in-order packets of a path (default: the "
+                         "core's, 2; metaroced and mrperf run 16)",
+       ClusterUnsigned("ack-every", 1u << 16,
+                       [](uint64_t n, ClusterConfig& c) { c.ack_every = uint32_t(n); })},
       {"reorder-buffer-kb", "KIB", "reorder transport: responder buffer (default 1024)",
        ClusterUnsigned("reorder-buffer-kb", 4u << 20,
                        [](uint64_t n, ClusterConfig& c) { c.reorder_buffer_kb = uint32_t(n); })},

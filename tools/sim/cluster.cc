@@ -285,6 +285,7 @@ absl::Status Cluster::Setup() {
       }
       base.profile = ProfileOf(config_.transport, config_.reorder_buffer_kb);
       base.mtu = config_.mtu;
+      if (config_.ack_every != 0) base.ack_every = config_.ack_every;
       core::ConnectionConfig on_req = base, on_resp = base;
       on_req.local_conn_id = static_cast<uint32_t>(hosts_[src].conn_of_local_id.size() + 1);
       on_resp.local_conn_id = static_cast<uint32_t>(hosts_[dst].conn_of_local_id.size() + 1);
@@ -965,6 +966,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("paths", c.EffectivePaths());
   w.Field("conns_per_pair", c.connections_per_pair);
   w.Field("mtu", c.mtu);
+  w.Field("ack_every", c.ack_every != 0 ? c.ack_every : core::ConnectionConfig{}.ack_every);
   w.Field("workload", WorkloadName(c.workload));
   w.Field("size", c.message_bytes);
   w.Field("steps", c.steps);

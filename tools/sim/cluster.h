@@ -101,6 +101,7 @@ struct ClusterConfig {
   uint32_t connections_per_pair = 1;
   uint32_t mtu = 4096;
   uint32_t reorder_buffer_kb = 1024;
+  uint32_t ack_every = 0;  // the responder's in-order packets per ACK; 0: the core's default
 
   Workload workload = Workload::kPermutation;
   uint64_t message_bytes = 1u << 20;

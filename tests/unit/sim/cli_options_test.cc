@@ -39,6 +39,13 @@ TEST(CliOptions_Parse, MapsFlagsOntoConfig) {
   EXPECT_TRUE(cl->json);
 }
 
+TEST(CliOptions_Parse, AckEveryInTheLeafSpineModelToo) {
+  auto cl = Parse({"--topology=leaf-spine", "--ack-every=16"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->cluster);
+  EXPECT_EQ(cl->cluster_config.ack_every, 16u);
+}
+
 TEST(CliOptions_Parse, GoBackNHasOneLogicalPath) {
   auto cl = Parse({"--transport=gbn", "--paths=8"});
   ASSERT_TRUE(cl.ok());

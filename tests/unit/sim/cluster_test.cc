@@ -171,6 +171,23 @@ TEST(Cluster_Lossless, ABackgroundIncastSlowsTheWorkloadsFlows) {
       << "alone " << alone.step_p99_us << " us, beside an incast " << beside.step_p99_us << " us";
 }
 
+// --ack-every reaches the leaf-spine model's responders: the same bytes, fewer events (ACKs).
+TEST(Cluster_AckEvery, CoalescesTheResponderAcks) {
+  ClusterConfig c = Small(Workload::kPermutation);
+  absl::StatusOr<ClusterResult> every2 = RunCluster(c);
+  c.ack_every = 16;
+  absl::StatusOr<ClusterResult> every16 = RunCluster(c);
+  ASSERT_TRUE(every2.ok() && every16.ok());
+  for (const ClusterResult* r : {&*every2, &*every16}) {
+    EXPECT_EQ(r->stop_reason, "done") << ClusterResultSummary(*r);
+    EXPECT_EQ(r->data_errors, 0u);
+    EXPECT_EQ(r->bytes_verified, every2->bytes_verified);
+  }
+  EXPECT_LT(every16->events, every2->events);
+  EXPECT_THAT(ClusterResultToJson(*every16), ::testing::HasSubstr("\"ack_every\":16"));
+  EXPECT_THAT(ClusterResultToJson(*every2), ::testing::HasSubstr("\"ack_every\":2"));
+}
+
 TEST(Cluster_Determinism, SameConfigSameJson) {
   ClusterConfig c = Small(Workload::kPermutation);
   FabricFault loss;
