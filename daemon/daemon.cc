@@ -204,24 +204,18 @@ api::ContextOptions ContextOptionsFrom(const Config& config, const PullRate& pul
   return o;
 }
 
-PortFeatures FeaturesOfPorts(const std::vector<io::PortFeatures>& ports) {
-  PortFeatures f;
-  bool any = false;
-  bool zero_copy = true, need_wakeup = true, busy_poll = true, multi_buffer = true;
+io::PortFeatures FeaturesOfPorts(const std::vector<io::PortFeatures>& ports) {
+  io::PortFeatures all{.zero_copy = true, .need_wakeup = true, .busy_poll = true,
+                       .multi_buffer = true};
   for (const io::PortFeatures& p : ports) {
     if (!p.af_xdp) continue;
-    any = true;
-    zero_copy &= p.zero_copy;
-    need_wakeup &= p.need_wakeup;
-    busy_poll &= p.busy_poll;
-    multi_buffer &= p.multi_buffer;
+    all.af_xdp = true;
+    all.zero_copy &= p.zero_copy;
+    all.need_wakeup &= p.need_wakeup;
+    all.busy_poll &= p.busy_poll;
+    all.multi_buffer &= p.multi_buffer;
   }
-  if (!any) return f;
-  f.zero_copy = zero_copy;
-  f.need_wakeup = need_wakeup;
-  f.busy_poll = busy_poll;
-  f.multi_buffer = multi_buffer;
-  return f;
+  return all.af_xdp ? all : io::PortFeatures{};
 }
 
 PathPolicy PathPolicyFrom(const PathSettings& paths) {

@@ -65,15 +65,10 @@
 
 namespace metaroce::daemon {
 
-// Features of the host's packet ports together (daemon.show `features`): a field is true only
-// when every AF_XDP port has it; all false without AF_XDP ports.
-struct PortFeatures {
-  bool zero_copy = false;
-  bool need_wakeup = false;
-  bool busy_poll = false;
-  bool multi_buffer = false;
-};
-PortFeatures FeaturesOfPorts(const std::vector<io::PortFeatures>& ports);
+// The features of the host's packet ports together (daemon.show `features`): af_xdp when any
+// port is AF_XDP, and each other field only when every AF_XDP port has it (ports of other
+// kinds have none of them and do not count); all false without AF_XDP ports.
+io::PortFeatures FeaturesOfPorts(const std::vector<io::PortFeatures>& ports);
 
 // The policy a config's [paths] section sets.
 PathPolicy PathPolicyFrom(const PathSettings& paths);
@@ -144,7 +139,7 @@ class Daemon {
   Logger& log_;
   SdNotifier& notifier_;
   const absl::Time started_ = absl::Now();
-  PortFeatures features_;
+  io::PortFeatures features_;
   PullRate pull_rate_;  // resolved at start (daemon.show)
   std::vector<std::vector<std::string>> port_descriptions_;  // [plane][worker]
   bool stopped_ = false;

@@ -285,7 +285,7 @@ absl::Status Cluster::Setup() {
       }
       base.profile = ProfileOf(config_.transport, config_.reorder_buffer_kb);
       base.mtu = config_.mtu;
-      if (config_.ack_every != 0) base.ack_every = config_.ack_every;
+      base.ack_every = config_.ack_every;
       core::ConnectionConfig on_req = base, on_resp = base;
       on_req.local_conn_id = static_cast<uint32_t>(hosts_[src].conn_of_local_id.size() + 1);
       on_resp.local_conn_id = static_cast<uint32_t>(hosts_[dst].conn_of_local_id.size() + 1);
@@ -915,6 +915,7 @@ absl::Status ClusterConfig::Validate() const {
       (reorder_buffer_kb == 0 || uint64_t{reorder_buffer_kb} * 1024 < mtu)) {
     return bad("--reorder-buffer-kb must hold at least one --mtu");
   }
+  if (ack_every < 1) return bad("--ack-every must be >= 1");
   return absl::OkStatus();
 }
 
@@ -966,7 +967,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("paths", c.EffectivePaths());
   w.Field("conns_per_pair", c.connections_per_pair);
   w.Field("mtu", c.mtu);
-  w.Field("ack_every", c.ack_every != 0 ? c.ack_every : core::ConnectionConfig{}.ack_every);
+  w.Field("ack_every", c.ack_every);
   w.Field("workload", WorkloadName(c.workload));
   w.Field("size", c.message_bytes);
   w.Field("steps", c.steps);

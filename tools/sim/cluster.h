@@ -101,7 +101,8 @@ struct ClusterConfig {
   uint32_t connections_per_pair = 1;
   uint32_t mtu = 4096;
   uint32_t reorder_buffer_kb = 1024;
-  uint32_t ack_every = 0;  // the responder's in-order packets per ACK; 0: the core's default
+  // The responder's in-order packets per ACK (>= 1): the core's default unless set.
+  uint32_t ack_every = core::ConnectionConfig{}.ack_every;
 
   Workload workload = Workload::kPermutation;
   uint64_t message_bytes = 1u << 20;

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/core/path_state.h"
-#include "lib/core/config.h"
 #include "lib/core/counter_fields.h"
 #include "tools/sim/json_writer.h"
 
@@ -43,7 +42,7 @@ void WriteConfig(JsonWriter& w, const ScenarioConfig& c) {
   w.Field("size", c.message_bytes);
   w.Field("depth", c.depth);
   w.Field("mtu", c.mtu);
-  w.Field("ack_every", c.ack_every != 0 ? c.ack_every : core::ConnectionConfig{}.ack_every);
+  w.Field("ack_every", c.ack_every);
   w.Field("ordered", c.ordered_completion);
   w.Field("seed", c.seed);
   w.Field("rate_gbps", c.rate_gbps);

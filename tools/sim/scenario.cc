@@ -388,7 +388,7 @@ absl::Status Simulation::Setup() {
     base.profile = ProfileOf(config_.transport, config_.reorder_buffer_kb);
     base.mtu = config_.mtu;
     base.ordered_completion = config_.ordered_completion;
-    if (config_.ack_every != 0) base.ack_every = config_.ack_every;
+    base.ack_every = config_.ack_every;
     base.max_send_queue = std::max<uint32_t>(base.max_send_queue, config_.depth);
     base.max_recv_queue = std::max<uint32_t>(base.max_recv_queue, config_.depth);
 
@@ -1012,6 +1012,7 @@ absl::Status ScenarioConfig::Validate() const {
   if (messages < 1) return absl::InvalidArgumentError("--messages must be >= 1");
   if (message_bytes < 1) return absl::InvalidArgumentError("--size must be >= 1");
   if (depth < 1) return absl::InvalidArgumentError("--depth must be >= 1");
+  if (ack_every < 1) return absl::InvalidArgumentError("--ack-every must be >= 1");
   if (mtu < 64 || mtu > 65000) return absl::InvalidArgumentError("--mtu must be in 64..65000");
   if (transport == TransportKind::kReorderBuffer &&
       (reorder_buffer_kb == 0 || uint64_t{reorder_buffer_kb} * 1024 < mtu ||

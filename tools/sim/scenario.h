@@ -115,7 +115,8 @@ struct ScenarioConfig {
   bool ordered_completion = false;
   uint32_t mtu = 4096;
   uint32_t reorder_buffer_kb = 1024;  // kReorderBuffer: the responder's buffer
-  uint32_t ack_every = 0;  // the responder's in-order packets per ACK; 0: the core's default
+  // The responder's in-order packets per ACK (>= 1): the core's default unless set.
+  uint32_t ack_every = core::ConnectionConfig{}.ack_every;
 
   // Workload.
   Operation op = Operation::kWrite;

@@ -23,7 +23,7 @@ io::PortFeatures AfXdp(bool zero_copy, bool need_wakeup, bool busy_poll, bool mu
 }
 
 TEST(Features, CopyModeVethPort) {
-  PortFeatures f = FeaturesOfPorts({AfXdp(false, true, false, false)});
+  io::PortFeatures f = FeaturesOfPorts({AfXdp(false, true, false, false)});
   EXPECT_FALSE(f.zero_copy);
   EXPECT_TRUE(f.need_wakeup);
   EXPECT_FALSE(f.busy_poll);
@@ -31,7 +31,7 @@ TEST(Features, CopyModeVethPort) {
 }
 
 TEST(Features, TrueOnlyWhenEveryPortHasIt) {
-  PortFeatures f =
+  io::PortFeatures f =
       FeaturesOfPorts({AfXdp(true, true, true, true), AfXdp(true, true, false, false)});
   EXPECT_TRUE(f.zero_copy);
   EXPECT_TRUE(f.need_wakeup);
@@ -45,12 +45,23 @@ TEST(Features, TrueOnlyWhenEveryPortHasIt) {
 }
 
 TEST(Features, KernelUdpPortsHaveNone) {
-  PortFeatures f = FeaturesOfPorts({io::PortFeatures{}, io::PortFeatures{}});
+  io::PortFeatures f = FeaturesOfPorts({io::PortFeatures{}, io::PortFeatures{}});
   EXPECT_FALSE(f.zero_copy);
   EXPECT_FALSE(f.need_wakeup);
   EXPECT_FALSE(f.busy_poll);
   EXPECT_FALSE(f.multi_buffer);
   EXPECT_FALSE(FeaturesOfPorts({}).need_wakeup);
+  EXPECT_FALSE(f.af_xdp);
+}
+
+// Ports other than AF_XDP have none of the features and do not count against the AF_XDP ones.
+TEST(Features, PortsOfOtherKindsDoNotCount) {
+  io::PortFeatures f = FeaturesOfPorts({AfXdp(true, true, true, true), io::PortFeatures{}});
+  EXPECT_TRUE(f.af_xdp);
+  EXPECT_TRUE(f.zero_copy);
+  EXPECT_TRUE(f.need_wakeup);
+  EXPECT_TRUE(f.busy_poll);
+  EXPECT_TRUE(f.multi_buffer);
 }
 
 TEST(ConfigToManagers, PathPolicyAndLimits) {

@@ -444,6 +444,9 @@ TEST(Cluster_Config, RefusesWhatCannotRun) {
   c.fabric.hosts = 4096;
   c.fabric.hosts_per_leaf = 32;
   EXPECT_FALSE(c.Validate().ok()) << "16.7 M connections";
+  c = Small(Workload::kPermutation);
+  c.ack_every = 0;
+  EXPECT_THAT(c.Validate().message(), ::testing::HasSubstr("--ack-every"));
 }
 
 }  // namespace

@@ -365,6 +365,9 @@ TEST(Scenario_Config, RefusesInvalidSettings) {
   ScenarioConfig c = SmallConfig();
   c.blackholes.push_back({5, TimeWindow{Instant{0}, Instant{10}}});
   EXPECT_FALSE(RunScenario(c).ok());
+  c = SmallConfig();
+  c.ack_every = 0;
+  EXPECT_THAT(c.Validate().message(), ::testing::HasSubstr("--ack-every"));
 }
 
 // Source ports are unique within one connection direction, not across connections (spec
