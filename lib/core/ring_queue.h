@@ -8,7 +8,10 @@
 // Memory contract (docs/architecture.md, "What a connection costs"): storage is allocated on the
 // first push and doubles when full; when the queue empties a grown array is released and the
 // smallest (kMinCapacity slots) kept, so a connection that never sent holds none, and one that
-// sends a message at a time allocates none per message. Popped slots are reset to T{} at once.
+// sends a message at a time allocates none per message. Popped slots are reset to T{} at once,
+// or, for an element type with a `Recycle()` member, recycled: Recycle() must make the element
+// read as a value-initialized one while it may keep buffers (its per-packet arrays) for the
+// element pushed into that slot next, which emplace_back then hands out as it is.
 // Element references stay valid until the element is popped or the queue grows.
 #pragma once
 
@@ -18,6 +21,9 @@
 #include <utility>
 
 namespace metaroce::core {
+
+template <typename T>
+concept Recyclable = requires(T& t) { t.Recycle(); };
 
 template <typename T>
 class RingQueue {
@@ -32,16 +38,20 @@ class RingQueue {
   T& front() { return slots_[head_]; }
   const T& front() const { return slots_[head_]; }
 
-  // A new element at the back, value-initialized.
+  // A new element at the back, value-initialized (or recycled: above).
   T& emplace_back() {
     if (size_ == capacity_) Grow();
     T& slot = (*this)[size_++];
-    slot = T{};
+    if constexpr (!Recyclable<T>) slot = T{};  // a recycled slot was reset when popped
     return slot;
   }
 
   void pop_front() {
-    slots_[head_] = T{};
+    if constexpr (Recyclable<T>) {
+      slots_[head_].Recycle();
+    } else {
+      slots_[head_] = T{};
+    }
     head_ = (head_ + 1) & (capacity_ - 1);
     if (--size_ == 0) {
       // Emptied: a grown array goes (a queue that once held many holds nothing idle); the

@@ -132,8 +132,6 @@ absl::Status Sender::Post(Instant now, const SendWorkRequest& wr) {
   m.stream_offset = next_stream_offset_;
   next_stream_offset_ += wr.local.length;
   m.packets = std::max<uint32_t>(1, (wr.local.length + cfg_.mtu - 1) / cfg_.mtu);
-  m.acked.swap(spare_acked_);  // empty, or the last retired message's (RetireAndReport)
-  m.transmissions.swap(spare_transmissions_);
   m.acked.assign((m.packets + 63) / 64, 0);
   m.transmissions.assign(m.packets, 0);
   Pump(now);
@@ -898,12 +896,7 @@ void Sender::RetireAndReport() {
       c.conn_id = cfg_.local_conn_id;
       conn_.EmitCompletion(c);
     }
-    // Its per-packet arrays go to the next message posted; a large message's are freed.
-    if (m.transmissions.capacity() <= kSparePacketArrays) {
-      spare_acked_.swap(m.acked);
-      spare_transmissions_.swap(m.transmissions);
-    }
-    messages_.pop_front();
+    messages_.pop_front();  // its slot keeps a small message's arrays for the next one posted
     ++base_seq_;
   }
   if (SeqLess(segment_seq_, base_seq_)) segment_seq_ = base_seq_;

@@ -1,5 +1,6 @@
 // lib/core/ring_queue.h: FIFO order across wrap-around and growth, value-initialized new
-// elements, a grown array released when the queue empties and the smallest one kept.
+// elements, a grown array released when the queue empties and the smallest one kept, and
+// elements that recycle their buffers through their slots.
 #include "lib/core/ring_queue.h"
 
 #include <gtest/gtest.h>
@@ -64,6 +65,42 @@ TEST(RingQueue, KeepsItsSmallestArrayForOneElementAtATime) {
     ASSERT_TRUE(q.emplace_back().empty()) << "a new element is value-initialized";
     q.pop_front();
   }
+}
+
+// An element that keeps its buffer across uses: reset, not freed, when popped.
+struct Reusable {
+  int value = 0;
+  std::vector<int> buffer;
+  void Recycle() {
+    value = 0;
+    buffer.clear();  // the storage stays for the element pushed into this slot next
+  }
+};
+
+TEST(RingQueue, ARecyclableElementsSlotKeepsItsBufferForTheNextPush) {
+  RingQueue<Reusable> q;
+  // A pipeline at its depth: four in the queue, two popped and two pushed at a time.
+  for (int i = 0; i < 4; ++i) q.emplace_back().buffer.assign(16, i);
+  std::vector<const int*> popped;
+  for (int round = 0; round < 10; ++round) {
+    popped.clear();
+    for (int k = 0; k < 2; ++k) {
+      popped.push_back(q.front().buffer.data());
+      q.pop_front();
+    }
+    for (int k = 0; k < 2; ++k) {
+      Reusable& r = q.emplace_back();
+      ASSERT_EQ(r.value, 0) << "reads as a value-initialized element";
+      ASSERT_TRUE(r.buffer.empty());
+      ASSERT_GE(r.buffer.capacity(), 16u) << "the storage of the element popped from this slot";
+      r.buffer.assign(16, round);
+      r.value = round + 1;
+      EXPECT_EQ(r.buffer.data(), popped[k]) << "no new allocation";
+    }
+  }
+  ASSERT_EQ(q.capacity(), RingQueue<Reusable>::kMinCapacity);
+  while (!q.empty()) q.pop_front();
+  EXPECT_EQ(q.capacity(), RingQueue<Reusable>::kMinCapacity);
 }
 
 }  // namespace
