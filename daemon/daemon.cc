@@ -218,6 +218,15 @@ io::PortFeatures FeaturesOfPorts(const std::vector<io::PortFeatures>& ports) {
   return all.af_xdp ? all : io::PortFeatures{};
 }
 
+control::Json FeaturesJson(const io::PortFeatures& f) {
+  control::Json j = control::Json::MakeObject();
+  j["zero_copy"] = f.zero_copy;
+  j["need_wakeup"] = f.need_wakeup;
+  j["busy_poll"] = f.busy_poll;
+  j["multi_buffer"] = f.multi_buffer;
+  return j;
+}
+
 PathPolicy PathPolicyFrom(const PathSettings& paths) {
   PathPolicy p;
   p.rotation_holddown = absl::Milliseconds(paths.rotation_holddown_ms);
@@ -275,10 +284,14 @@ absl::Status Daemon::StartParts() {
   if (!context.ok()) return context.status();
   context_ = *std::move(context);
   port_descriptions_.assign(c.daemon.interfaces.size(), {});
+  port_features_.assign(c.daemon.interfaces.size(), {});
   std::vector<io::PortFeatures> all;
   for (const engine::WorkerStats& w : context_->Stats()) {
     for (size_t p = 0; p < w.port_descriptions.size() && p < port_descriptions_.size(); ++p) {
       port_descriptions_[p].push_back(w.port_descriptions[p]);
+    }
+    for (size_t p = 0; p < w.port_features.size() && p < port_features_.size(); ++p) {
+      port_features_[p].push_back(w.port_features[p]);
     }
     all.insert(all.end(), w.port_features.begin(), w.port_features.end());
   }
@@ -512,11 +525,7 @@ absl::StatusOr<Json> Daemon::ShowDaemon(const Json& params) {
   j["pull_rate_gbps"] = context_->options().pull_rate_gbps;
   j["pull_rate_source"] = pull_rate_.source;
   j["versions"] = Versions();
-  Json& f = j["features"] = Json::MakeObject();
-  f["zero_copy"] = features_.zero_copy;
-  f["need_wakeup"] = features_.need_wakeup;
-  f["busy_poll"] = features_.busy_poll;
-  f["multi_buffer"] = features_.multi_buffer;
+  j["features"] = FeaturesJson(features_);
   Json& l = j["limits"] = Json::MakeObject();
   l["max_connections"] = c.limits.max_connections;
   l["max_paths"] = c.limits.max_paths;
@@ -654,6 +663,7 @@ absl::StatusOr<Json> Daemon::ShowLinks(const Json& params) {
     l["port"] = ports.empty() ? std::string() : ports.front();
     Json& all = l["ports"] = Json::MakeArray();  // one per worker
     for (const std::string& d : ports) all.Push(d);
+    l["features"] = FeaturesJson(FeaturesOfPorts(port_features_[p]));  // this plane's ports
     l["xdp"] = XdpOf(info.ok() ? static_cast<int>(info->index) : 0);
     Json& queues = l["queues"] = Json::MakeArray();
     if (af_xdp) {

@@ -65,10 +65,13 @@
 
 namespace metaroce::daemon {
 
-// The features of the host's packet ports together (daemon.show `features`): af_xdp when any
-// port is AF_XDP, and each other field only when every AF_XDP port has it (ports of other
-// kinds have none of them and do not count); all false without AF_XDP ports.
+// The features of packet ports together (daemon.show `features`: the host's; link.show's: a
+// plane's, one port per worker): af_xdp when any port is AF_XDP, and each other field only when
+// every AF_XDP port has it (ports of other kinds have none of them and do not count); all false
+// without AF_XDP ports.
 io::PortFeatures FeaturesOfPorts(const std::vector<io::PortFeatures>& ports);
+// {"zero_copy", "need_wakeup", "busy_poll", "multi_buffer"}: booleans, as both commands show them.
+control::Json FeaturesJson(const io::PortFeatures& features);
 
 // The policy a config's [paths] section sets.
 PathPolicy PathPolicyFrom(const PathSettings& paths);
@@ -142,6 +145,7 @@ class Daemon {
   io::PortFeatures features_;
   PullRate pull_rate_;  // resolved at start (daemon.show)
   std::vector<std::vector<std::string>> port_descriptions_;  // [plane][worker]
+  std::vector<std::vector<io::PortFeatures>> port_features_;  // [plane][worker]
   bool stopped_ = false;
 
   // Declared in start-up order: destroyed in reverse.

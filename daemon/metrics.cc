@@ -111,7 +111,8 @@ constexpr PortField kAfXdpFields[] = {
 void Ports(const MetricsSnapshot& s, PrometheusText& t) {
   Family& info = t.Declare(
       "metaroce_port_info", kGauge,
-      "One per packet port (value 1): the worker that owns it and what it really is.");
+      "One per packet port (value 1): the worker that owns it, what it really is, and the "
+      "features it opened with.");
   std::vector<Family*> port, xsk;
   for (const PortField& f : kPortFields) port.push_back(&t.Declare(f.name, kCounter, f.help));
   for (const PortField& f : kAfXdpFields) xsk.push_back(&t.Declare(f.name, kCounter, f.help));
@@ -121,14 +122,22 @@ void Ports(const MetricsSnapshot& s, PrometheusText& t) {
           p < s.links.size() ? s.links[p].interface : absl::StrCat("plane", p);
       const std::string description = p < w.port_descriptions.size() ? w.port_descriptions[p]
                                                                       : std::string();
-      const bool af_xdp = absl::StartsWith(description, "af_xdp");
+      const io::PortFeatures features =
+          p < w.port_features.size() ? w.port_features[p] : io::PortFeatures{};
+      const bool af_xdp = features.af_xdp;
       const uint32_t queue =
           af_xdp ? s.first_queue + static_cast<uint32_t>(w.worker) : static_cast<uint32_t>(w.worker);
       const Labels id = {{"interface", interface}, {"queue", absl::StrCat(queue)}};
+      const auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
       info.Add({{"interface", interface},
                 {"queue", absl::StrCat(queue)},
                 {"worker", absl::StrCat(w.worker)},
-                {"description", description}},
+                {"description", description},
+                {"af_xdp", flag(features.af_xdp)},
+                {"zero_copy", flag(features.zero_copy)},
+                {"need_wakeup", flag(features.need_wakeup)},
+                {"busy_poll", flag(features.busy_poll)},
+                {"multi_buffer", flag(features.multi_buffer)}},
                uint64_t{1});
       for (size_t i = 0; i < port.size(); ++i) port[i]->Add(id, w.ports[p].*kPortFields[i].member);
       if (!af_xdp) continue;

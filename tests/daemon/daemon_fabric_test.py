@@ -72,6 +72,12 @@ def main():
         f.check([l.get("name") for l in links] == ["pl0", "pl1"] and
                 all(l.get("xdp", {}).get("attached") for l in links),
                 "link show: pl0 and pl1, XDP attached")
+        # Each link's own ports' features: what the host's are made of.
+        f.check(all(l.get("features") == feats for l in links),
+                "link show: each plane's features as its ports opened %s" %
+                [l.get("features") for l in links])
+        f.check("    features need_wakeup\n" in ctl(0, "link", "show").stdout,
+                "link show (text): a features line")
         stats = ctl_json(0, "stat", "show").get("links", [])
         f.check(len(stats) == 2 and all("rx_ring_full" in s and "fill_ring_empty" in s
                                         for s in stats), "stat show: AF_XDP ring health per link")

@@ -137,16 +137,38 @@ std::string XdpWords(const Json& link) {
          Pairs(*xdp, {"attached", "prog_id", "mode"});
 }
 
+// The features a link's ports have, as words (iproute2 flags): "need_wakeup multi_buffer", or
+// "none".
+std::string FeatureWords(const Json& features) {
+  std::string out;
+  for (const auto& [key, value] : features.object()) {
+    if (!value.AsBool().value_or(false)) continue;
+    if (!out.empty()) out += ' ';
+    out += key;
+  }
+  return out.empty() ? "none" : out;
+}
+
 // link pl0 ifindex 5 plane 0 address 198.18.0.5 mac 02:00:00:00:00:05 mtu 3498
-//     port af_xdp pl0 queue 0 copy-mode need_wakeup
+//     port af_xdp pl0 queue 0 copy-mode need_wakeup      (a line per worker's port)
+//     features need_wakeup
 //     xdp native prog_id 42 queues 0
 std::string LinkLines(const Json& link) {
   std::string out = "link " + Field(link, "name") +
                     KnownPairs(link, {"ifindex", "plane", "address", "mac", "mtu"}) +
                     Pairs(link, {"name", "ifindex", "plane", "address", "mac", "mtu", "port",
-                                 "xdp", "queues"}) +
+                                 "ports", "features", "xdp", "queues"}) +
                     "\n";
-  out += "    port " + Field(link, "port") + "\n";
+  // One line per port (one per worker), else the first port.
+  const Json* ports = link.Find("ports");
+  if (ports != nullptr && ports->is_array() && ports->size() > 0) {
+    for (const Json& port : ports->array()) out += "    port " + Text(port) + "\n";
+  } else {
+    out += "    port " + Field(link, "port") + "\n";
+  }
+  if (const Json* features = link.Find("features"); features != nullptr && features->is_object()) {
+    out += "    features " + FeatureWords(*features) + "\n";
+  }
   out += "    " + XdpWords(link) + " queues " + Field(link, "queues") + "\n";
   return out;
 }

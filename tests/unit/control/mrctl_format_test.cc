@@ -114,10 +114,12 @@ TEST(MrctlFormat, PathRotateAndEvents) {
             "time_s 15 conn 3 path 1 kind quench level 2\n");
 }
 
-TEST(MrctlFormat, LinkShowThreeLinesPerLink) {
+TEST(MrctlFormat, LinkShowALinePerPortAndTheirFeatures) {
   const Json result = J(R"({"links":[
       {"name":"pl0","ifindex":5,"plane":0,"address":"198.18.0.5","mac":"02:00:00:00:00:05",
        "mtu":3498,"port":"af_xdp pl0 queue 0 copy-mode need_wakeup",
+       "ports":["af_xdp pl0 queue 0 copy-mode need_wakeup","af_xdp pl0 queue 1 copy-mode need_wakeup"],
+       "features":{"zero_copy":false,"need_wakeup":true,"busy_poll":false,"multi_buffer":true},
        "xdp":{"attached":true,"prog_id":42,"mode":"native"},"queues":[0,1]},
       {"name":"pl1","ifindex":6,"plane":1,"address":"198.19.0.5","mac":"02:00:00:00:01:05",
        "mtu":1500,"port":"udp pl1","xdp":{"attached":false,"prog_id":0,"mode":"none"},
@@ -125,6 +127,8 @@ TEST(MrctlFormat, LinkShowThreeLinesPerLink) {
   EXPECT_EQ(FormatText("link.show", result, false),
             "link pl0 ifindex 5 plane 0 address 198.18.0.5 mac 02:00:00:00:00:05 mtu 3498\n"
             "    port af_xdp pl0 queue 0 copy-mode need_wakeup\n"
+            "    port af_xdp pl0 queue 1 copy-mode need_wakeup\n"
+            "    features need_wakeup multi_buffer\n"
             "    xdp native prog_id 42 queues 0,1\n"
             "link pl1 ifindex 6 plane 1 address 198.19.0.5 mac 02:00:00:00:01:05 mtu 1500\n"
             "    port udp pl1\n"

@@ -162,6 +162,7 @@ MetricsSnapshot MadeUpSnapshot() {
       ws.ports.push_back(ps);
       ws.port_descriptions.push_back(
           absl::StrCat("af_xdp pl", p, " queue ", w, " copy-mode need_wakeup frame 2048"));
+      ws.port_features.push_back({.af_xdp = true, .need_wakeup = true});
     }
     s.workers.push_back(ws);
   }
@@ -280,6 +281,10 @@ TEST(Metrics, BuildInfoDaemonAndLinks) {
   EXPECT_THAT(text, HasSubstr("metaroce_af_xdp_fill_ring_empty_total{interface=\"pl1\",queue=\"1\"}"
                               " 7\n"));
   EXPECT_THAT(text, HasSubstr("metaroce_port_tx_packets_total{interface=\"pl1\",queue=\"0\"} 11\n"));
+  EXPECT_THAT(text, HasSubstr("metaroce_port_info{interface=\"pl0\",queue=\"1\",worker=\"1\","
+                              "description=\"af_xdp pl0 queue 1 copy-mode need_wakeup frame 2048\","
+                              "af_xdp=\"true\",zero_copy=\"false\",need_wakeup=\"true\","
+                              "busy_poll=\"false\",multi_buffer=\"false\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("metaroce_worker_loops_total{worker=\"1\"} 1000\n"));
   EXPECT_THAT(text, HasSubstr("metaroce_worker_malformed_datagrams_total{worker=\"0\","
                               "reason=\"truncated\"} 2\n"));
@@ -290,7 +295,9 @@ TEST(Metrics, KernelUdpPortsHaveNoRingHealthSeries) {
   MetricsSnapshot s = MadeUpSnapshot();
   s.port_kind = "udp";
   for (engine::WorkerStats& w : s.workers) {
+    // Typed by what the ports are, not by the words of their descriptions.
     for (std::string& d : w.port_descriptions) d = "udp io_uring 198.18.0.2:4792";
+    for (io::PortFeatures& f : w.port_features) f = io::PortFeatures{};
   }
   const Parsed p = ParseExposition(RenderMetrics(s));
   EXPECT_THAT(Samples(p, "metaroce_af_xdp_fill_ring_empty_total"), IsEmpty());
