@@ -522,6 +522,17 @@ size_t AfXdpPort::Receive(std::span<RxPacket> out) {
     }
     return 0;
   }
+  // The kernel wrote these descriptors and frames on another CPU: each first touch brings a
+  // cache line over, and one after the other they were most of the port's receive time (perf
+  // annotate at 64-byte messages: 60 % of Receive's samples on the first descriptor field read,
+  // 91 % of ParseFrame's on the frame's first load). Asked for all at once, they overlap.
+  for (uint32_t k = 0; k < got; ++k) {
+    const xdp_desc* desc = xsk_ring_cons__rx_desc(&rings_->rx, index + k);
+    const auto* data = static_cast<const char*>(
+        xsk_umem__get_data(umem_area_, xsk_umem__add_offset_to_addr(desc->addr)));
+    __builtin_prefetch(data);
+    __builtin_prefetch(data + 64);  // the MetaRoCE header after the 42 bytes of Ethernet/IP/UDP
+  }
   const FrameFilter filter{.port = options_.udp_port,
                            .verify_udp_checksum = options_.verify_udp_checksum};
   size_t accepted = 0;
