@@ -1311,13 +1311,16 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   if (path.tail_probe_armed) {
     // [R5d] no evidence, no state change: the newest packet again, then the ordinary deadline
     // (armed once, below: the probe is not a retransmission that re-arms it).
-    path.tail_probe_armed = false;
-    if (path.loss_query_armed) {
-      // A PROBE after the overdue packets: its reply says whether they arrived. (Not once a pull
-      // came meanwhile: the connection is sending again.)
-      path.loss_query_armed = false;
-      if (WaitingForPulls()) SendLossQuery(now, path);
-    } else {
+    // Which kind of probe goes is decided now, not when it was armed: a connection that has
+    // started waiting for pulls since asks with a PROBE after the overdue packets, whose reply
+    // says whether they arrived (a tail probe sends nothing while more waits to be sent, and the
+    // query ArmPto would then arm is already overdue: a deadline left at `now` by its own expiry).
+    // A query armed before a pull came sends nothing: the connection is sending again.
+    const bool query_armed = path.loss_query_armed;
+    path.tail_probe_armed = path.loss_query_armed = false;
+    if (LossQueryAllowed(path)) {
+      SendLossQuery(now, path);
+    } else if (!query_armed) {
       ++path.tail_probes;
       if (const uint32_t probe = TailProbePsn(now, path); probe != path.next_psn && !MoreToSend()) {
         Retransmit(now, path, probe, Why::kTailProbe);
