@@ -12,10 +12,16 @@ inputs land in <target>/artifacts/, libFuzzer's output in <target>/fuzz-<worker>
 <target>/fuzz.log (fork). JSON summary last on stdout, per target:
   execs, execs_per_s, seconds     executions of the target's entry point (libFuzzer's count)
   crashes, crash_files            crash-* and leak-* inputs written during this campaign
-  timeouts, ooms                  the same for timeout-* / oom-* (slow, not wrong; listed apart)
+  timeouts, ooms                  the same for timeout-* / oom-* (listed apart; they fail the
+                                  campaign too: an input that hangs or grows without bound is a
+                                  defect of the code under test, or of the harness)
   coverage {cov, ft}              libFuzzer's edge coverage and features at the end
   corpus_size, new_inputs         files in the corpus after / added during the campaign
 and totals. A crash reproduces with `build-fuzz/tests/fuzz/<target>_fuzzer FILE`.
+Undefined behaviour is a crash: the targets run with UBSAN_OPTIONS=halt_on_error=1 (and the build
+hint adds -fno-sanitize-recover=all), so UBSan stops at its first report and libFuzzer keeps the
+input, where by default it would print and go on, uncounted. Exit status 1 when any target
+crashed, timed out, ran out of memory or ended without a status.
 """
 import os
 import re
@@ -28,9 +34,24 @@ import time
 
 from campaigns import common
 
-BUILD_HINT = ("CXX=clang++ meson setup build-fuzz --wrap-mode=nodownload -Dfuzzers=true "
-              "-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false && "
-              "meson compile -C build-fuzz (docs/fuzzing.md)")
+BUILD_HINT = ("CXX=clang++ CC=clang meson setup build-fuzz --wrap-mode=nodownload -Dfuzzers=true "
+              "-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false "
+              "-Dcpp_args=-fno-sanitize-recover=all && meson compile -C build-fuzz "
+              "(docs/fuzzing.md)")
+
+# Sanitizer settings of every libFuzzer process: undefined behaviour stops the run like a crash
+# (UBSan's default is to print and go on), with a stack; the caller's own options come after.
+SANITIZER_ENV = {
+    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+    "ASAN_OPTIONS": "abort_on_error=1",
+}
+
+
+def fuzz_environment():
+    env = dict(os.environ)
+    for name, value in SANITIZER_ENV.items():
+        env[name] = value + (":" + env[name] if env.get(name) else "")
+    return env
 
 # Fork mode's status line, printed by the parent each time a job ends:
 #   #123456: cov: 1234 ft: 5678 corp: 901 exec/s 2345 oom/timeout/crash: 0/0/0 time: 61s job: 7 ...
@@ -143,7 +164,7 @@ class TargetRun:
             log.write(" ".join(self.command) + "\n")
             proc = subprocess.Popen(self.command, cwd=self.dir, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, errors="replace",
-                                    start_new_session=True)
+                                    start_new_session=True, env=fuzz_environment())
             killer = threading.Timer(max(0, deadline - time.monotonic()),
                                      lambda: os.killpg(proc.pid, signal.SIGKILL))
             killer.daemon = True
@@ -248,7 +269,7 @@ class WorkersRun(TargetRun):
                 started = time.monotonic()
                 proc = subprocess.Popen(cmd, cwd=self.dir, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True, errors="replace",
-                                        start_new_session=True)
+                                        start_new_session=True, env=fuzz_environment())
                 killer = threading.Timer(left + 60, lambda: os.killpg(proc.pid, signal.SIGKILL))
                 killer.daemon = True
                 killer.start()
@@ -393,5 +414,8 @@ def run(args):
         "wall_s": round(time.monotonic() - start, 1),
     }
     common.emit_summary(summary)
-    found = summary["total_crashes"] > 0 or any(r["problem"] for r in results.values())
+    summary["total_timeouts"] = sum(r["timeouts"] for r in results.values())
+    summary["total_ooms"] = sum(r["ooms"] for r in results.values())
+    found = (summary["total_crashes"] + summary["total_timeouts"] + summary["total_ooms"] > 0 or
+             any(r["problem"] for r in results.values()))
     return common.EXIT_FOUND if found else common.EXIT_CLEAN
