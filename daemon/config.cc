@@ -173,7 +173,7 @@ const std::vector<KeySpec>& Keys() {
       {"daemon", "control_bind", false, false,
        [](absl::string_view v, Config& c) -> absl::Status {
          if (!IsIpLiteral(std::string(v))) {
-           return Bad(absl::StrCat("'", v, "' is not an IP address (0.0.0.0: every address)"));
+           return Bad(absl::StrCat("'", v, "' is not an IP address (:: for every IPv4 and IPv6 address, 0.0.0.0 for every IPv4 one)"));
          }
          c.daemon.control_bind = std::string(v);
          return absl::OkStatus();

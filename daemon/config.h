@@ -48,7 +48,7 @@ struct DaemonSettings {
   PortKindSetting port_kind = PortKindSetting::kAfXdp;
   uint16_t udp_port = 4792;
   uint16_t control_port = 4793;         // 0: any free port (daemon.show reports it)
-  std::string control_bind = "0.0.0.0";
+  std::string control_bind = "::";  // every address, IPv4 and IPv6
   std::string socket = "/run/metaroce/metaroced.sock";
   std::string socket_group;             // empty: root and the daemon's uid only
   int workers = 1;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -166,7 +167,11 @@ absl::Status ConnectionManager::Start() {
       context_.Listen(options_.control_port, options_.bind_address);
   if (!l.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("control port ", options_.bind_address, ":", options_.control_port,
+        absl::StrCat("control port ",
+                     absl::StrContains(options_.bind_address, ':')
+                         ? absl::StrCat("[", options_.bind_address, "]")
+                         : options_.bind_address,
+                     ":", options_.control_port,
                      " for peer daemons: ", l.status().message(),
                      " (another metaroced? set control_port in the config)"));
   }

@@ -54,7 +54,7 @@ struct ConnectionLimits {
 
 struct ConnectionManagerOptions {
   uint16_t control_port = 4793;           // TCP, for peer daemons
-  std::string bind_address = "0.0.0.0";
+  std::string bind_address = "::";  // every address, IPv4 and IPv6
   ConnectionLimits limits;
   absl::Duration exchange_timeout = absl::Seconds(5);
   absl::Duration heartbeat = absl::Milliseconds(500);

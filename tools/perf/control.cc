@@ -171,7 +171,7 @@ LatResult LatencyFrom(const ControlMessage& m, uint64_t size) {
 
 absl::StatusOr<ClientGreeting> AwaitClient(const PerfOptions& options,
                                            const std::function<void()>& ready) {
-  const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "0.0.0.0";
+  const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "";
   absl::StatusOr<api::ExchangeSocket> listen = api::ExchangeSocket::Listen(bind, options.port);
   if (!listen.ok()) {
     return absl::Status(listen.status().code(),

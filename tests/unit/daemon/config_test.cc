@@ -42,7 +42,7 @@ TEST(Config, Defaults) {
   EXPECT_EQ(k.daemon.port_kind, PortKindSetting::kAfXdp);
   EXPECT_EQ(k.daemon.udp_port, 4792);
   EXPECT_EQ(k.daemon.control_port, 4793);
-  EXPECT_EQ(k.daemon.control_bind, "0.0.0.0");
+  EXPECT_EQ(k.daemon.control_bind, "::");
   EXPECT_EQ(k.daemon.socket, "/run/metaroce/metaroced.sock");
   EXPECT_EQ(k.daemon.socket_group, "");
   EXPECT_EQ(k.daemon.workers, 1);
@@ -190,7 +190,9 @@ TEST(Config, BadValues) {
       {"udp_port = 0", "udp_port: 0 is not in 1..65535"},
       {"udp_port = http", "udp_port: 'http' is not an integer in 1..65535"},
       {"control_port = 65536", "control_port: 65536 is not in 0..65535"},
-      {"control_bind = any", "control_bind: 'any' is not an IP address (0.0.0.0: every address)"},
+      {"control_bind = any",
+       "control_bind: 'any' is not an IP address (:: for every IPv4 and IPv6 address, 0.0.0.0 "
+       "for every IPv4 one)"},
       {"port_kind = dpdk", "port_kind: 'dpdk' is not one of af_xdp, udp"},
       {"local_ips = 198.18.0.300", "local_ips: '198.18.0.300' is not an IP address"},
       {"socket = run/m.sock", "socket: 'run/m.sock' is not an absolute path"},
