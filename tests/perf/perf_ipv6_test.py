@@ -16,6 +16,7 @@ The fabric is always torn down.
 
 usage: perf_ipv6_test.py MRPERF MRFABRIC METAROCED MRCTL    exit 0 pass, 1 fail, 77 skip
 """
+import ipaddress
 import json
 import os
 import shutil
@@ -32,8 +33,22 @@ PORT = "18620"
 
 
 def v6(plane, host):
-    """Host `host`'s address on plane `plane` (tools/fabric/mrfabric: fd00:6d72:P:H::2)."""
-    return "fd00:6d72:%x:%x::2" % (plane, host)
+    """Host `host`'s address on plane `plane` (tools/fabric/mrfabric: fd00:6d72:P:H::2), in
+    its canonical text (as the daemon names peers: fd00:6d72::2 for plane 0, host 0)."""
+    return str(ipaddress.IPv6Address("fd00:6d72:%x:%x::2" % (plane, host)))
+
+
+def wait_listening(netns, port, proc, timeout_s=30):
+    """True once a TCP listener on `port` in `netns` is a dual-stack one ([::], or * as ss
+    prints it), False when none appears (or only an IPv4 one) before proc exits or the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        out = subprocess.run(["ip", "netns", "exec", netns, "ss", "-Hltn", "sport", "=", ":" + port],
+                             capture_output=True, text=True).stdout
+        if out.strip():
+            return "[::]:" + port in out or "*:" + port in out
+        time.sleep(0.1)
+    return False
 
 
 def main():
@@ -69,7 +84,9 @@ def main():
                                   ["--local-ip", local[1]], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         procs.append(server)
-        time.sleep(0.5)
+        listening = wait_listening(ns(1), PORT, server)
+        f.check(listening, "the mrperf server listens on [::]:%s, every address of both "
+                "families" % PORT)
         client = subprocess.run(["ip", "netns", "exec", ns(0), mrperf] + common +
                                 ["--local-ip", local[0], "--out_json", cjson, v6(0, 1)],
                                 capture_output=True, text=True, timeout=120)
@@ -92,8 +109,12 @@ def main():
                     (s["failed_ops"], s["data_errors"]))
         else:
             f.check(False, "mrperf client wrote its JSON")
-        harness.kill_all(procs)
+        harness.stop(server)  # SIGTERM: mrperf detaches its XDP program as it leaves
         procs.clear()
+        for h in (0, 1):  # whatever a killed server left attached, the daemons' would refuse
+            for dev in ("pl0", "pl1"):
+                subprocess.run(["ip", "-n", ns(h), "link", "set", "dev", dev, "xdp", "off"],
+                               check=False)
 
         # Two daemons peering over IPv6, control_bind left at its default.
         md.extra_args = []
