@@ -91,6 +91,23 @@ class FiguresTest(unittest.TestCase):
         self.assertEqual(self.bench.summary_sum(docs, "failed_ops"), 5)
 
 
+class LeakTest(unittest.TestCase):
+    def setUp(self):
+        self.leak = load_bench().leak_per_round
+
+    def test_a_step_that_settles_is_no_leak(self):
+        # Measured: host 0's heap stepped 2,912 bytes once, then stayed (issue 36).
+        self.assertEqual(self.leak([[3475232, 3478144, 3478144, 3478144],
+                                    [3478352, 3478416, 3478432, 3478432]]), 0)
+
+    def test_growth_every_round_is_a_leak(self):
+        self.assertEqual(self.leak([[1000, 1100, 1200, 1290], [5, 5, 5, 5]]), 90)
+
+    def test_a_heap_that_shrinks_is_no_leak(self):
+        self.assertEqual(self.leak([[1000, 990, 990], [7, 7, 7]]), 0)
+        self.assertEqual(self.leak([[1000, 990, 980], [7, 6, 5]]), 0)
+
+
 class ListingTest(unittest.TestCase):
     def setUp(self):
         self.bench = load_bench()
