@@ -971,6 +971,15 @@ size_t AppSessions::connections() const {
   return ConnectionCountLocked();
 }
 
+uint64_t AppSessions::paths_held() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t n = 0;
+  for (const auto& [id, s] : sessions_) {
+    for (const auto& [conn_id, c] : s->connections) n += c.paths;
+  }
+  return n;
+}
+
 uint64_t AppSessions::memory_bytes() const {
   absl::MutexLock lock(&mu_);
   return memory_bytes_;

@@ -174,6 +174,8 @@ class AppSessions {
   control::Json Summary() const;
   size_t sessions() const;
   size_t connections() const;
+  // Paths of every application connection (their path counts added up).
+  uint64_t paths_held() const;
   uint64_t memory_bytes() const;  // shared memory counted against max_memory_bytes
 
  private:

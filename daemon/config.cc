@@ -621,8 +621,13 @@ bool IsLoopback(const ListenAddress& address) {
 
 uint32_t ObservedEventDepth(const Config& config) {
   if (config.daemon.observed_event_depth != 0) return config.daemon.observed_event_depth;
-  const uint64_t burst = uint64_t{config.limits.max_connections} * kAutoPathsPerConnection *
-                         kAutoEventsPerPath;
+  return ObservedEventDepthForPaths(uint64_t{config.limits.max_connections} *
+                                    kAutoPathsPerConnection);
+}
+
+uint32_t ObservedEventDepthForPaths(uint64_t paths) {
+  const uint64_t burst = paths > kMaxObservedEventDepth ? kMaxObservedEventDepth
+                                                        : paths * kAutoEventsPerPath;
   return static_cast<uint32_t>(std::bit_ceil(std::clamp<uint64_t>(
       burst, kMinAutoObservedEventDepth, kMaxObservedEventDepth)));
 }

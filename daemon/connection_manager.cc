@@ -230,6 +230,13 @@ size_t ConnectionManager::size() const {
   return table_.size();
 }
 
+uint64_t ConnectionManager::paths_held() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t n = 0;
+  for (const auto& [id, mc] : table_) n += mc->paths;
+  return n;
+}
+
 api::Connection* ConnectionManager::Find(uint32_t id) {
   absl::MutexLock lock(&mu_);
   auto it = table_.find(id);

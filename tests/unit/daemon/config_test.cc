@@ -451,6 +451,19 @@ TEST_F(ConfigFile, TheInstalledExampleIsValidOnceInterfacesAreGiven) {
 // `auto` sizes the observer rings for every path of max_connections connections of 8 paths to
 // change 4 times within one tick (config.h): 131,072 events for the default 4,096 connections,
 // where the engine's own default, 1,024, is 128 times too few.
+// The depth the paths really held need, by the same rule: `auto`'s 8 paths a connection is an
+// assumption the daemon checks against it (daemon.show observed_event_depth_needed).
+TEST(Config, ObservedEventDepthForThePathsHeld) {
+  EXPECT_EQ(ObservedEventDepthForPaths(4096 * 8), 131072u);   // what auto assumes
+  EXPECT_EQ(ObservedEventDepthForPaths(4096 * 16), 262144u);  // twice the paths, twice the ring
+  EXPECT_EQ(ObservedEventDepthForPaths(3000 * 16), 262144u);  // 192,000 rounded up
+  EXPECT_EQ(ObservedEventDepthForPaths(0), kMinAutoObservedEventDepth);
+  EXPECT_EQ(ObservedEventDepthForPaths(uint64_t{1} << 40), kMaxObservedEventDepth);
+  Config c;
+  c.limits.max_connections = 3000;
+  EXPECT_EQ(ObservedEventDepth(c), ObservedEventDepthForPaths(3000 * 8));
+}
+
 TEST(Config, AutoObservedEventDepthFollowsMaxConnections) {
   Config c;
   EXPECT_EQ(ObservedEventDepth(c), 131072u);
