@@ -81,7 +81,10 @@ absl::StatusOr<ControlChannel> ControlChannel::Connect(std::string_view host, ui
     absl::SleepFor(absl::Milliseconds(100));
   }
   return absl::UnavailableError(absl::StrCat(
-      "no mrperf server at ", std::string(host), ":", port, " (", last.message(),
+      "no mrperf server at ",
+      host.find(':') == std::string_view::npos ? std::string(host)
+                                               : absl::StrCat("[", std::string(host), "]"),
+      ":", port, " (", last.message(),
       "): start `mrperf TEST` without an address there first, with the same -p"));
 }
 
