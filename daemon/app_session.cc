@@ -168,6 +168,24 @@ absl::StatusOr<AppSessions::Session*> AppSessions::SessionOf(const ClientInfo& c
   return it->second.get();
 }
 
+template <typename Handler>
+absl::StatusOr<Json> AppSessions::InSession(const ClientInfo& client, Handler&& handler) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = SessionOf(client);
+  if (!session.ok()) return session.status();
+  return handler(**session);
+}
+
+template <typename Handler>
+absl::StatusOr<Json> AppSessions::OnConnection(const Json& params, const ClientInfo& client,
+                                               Handler&& handler) {
+  return InSession(client, [&](Session& session) -> absl::StatusOr<Json> {
+    absl::StatusOr<AppConnection*> c = ConnectionOf(session, params);
+    if (!c.ok()) return c.status();
+    return handler(session, **c);
+  });
+}
+
 absl::StatusOr<Json> AppSessions::Attach(const Json& params, const ClientInfo& client) {
   if (absl::Status s = OnlyKeys(params, {"name"}); !s.ok()) return s;
   absl::StatusOr<std::string> name = params.GetStringOr("name", "");
@@ -322,40 +340,38 @@ absl::StatusOr<Json> AppSessions::AllocateMemory(const Json& params, const Clien
   if (absl::Status s = OnlyKeys(params, {"bytes"}); !s.ok()) return s;
   absl::StatusOr<uint64_t> bytes = UintIn(params, "bytes", 1, kMaxBlockBytes);
   if (!bytes.ok()) return bytes.status();
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = SessionOf(client);
-  if (!session.ok()) return session.status();
-  absl::StatusOr<std::shared_ptr<api::SharedMapping>> mapping =
-      NewSharedBlock("metaroce-memory", "a memory block", *bytes, client, **session);
-  if (!mapping.ok()) return mapping.status();
-  const uint64_t id = (*session)->next_id++;
-  const size_t size = (*mapping)->size();
-  (*session)->blocks[id] = MemoryBlock{*std::move(mapping), 0};
-  Json r = Json::MakeObject();
-  r["mem"] = id;
-  r["bytes"] = static_cast<uint64_t>(size);
-  return r;
+  return InSession(client, [&](Session& s) -> absl::StatusOr<Json> {
+    absl::StatusOr<std::shared_ptr<api::SharedMapping>> mapping =
+        NewSharedBlock("metaroce-memory", "a memory block", *bytes, client, s);
+    if (!mapping.ok()) return mapping.status();
+    const uint64_t id = s.next_id++;
+    const size_t size = (*mapping)->size();
+    s.blocks[id] = MemoryBlock{*std::move(mapping), 0};
+    Json r = Json::MakeObject();
+    r["mem"] = id;
+    r["bytes"] = static_cast<uint64_t>(size);
+    return r;
+  });
 }
 
 absl::StatusOr<Json> AppSessions::FreeMemory(const Json& params, const ClientInfo& client) {
   if (absl::Status s = OnlyKeys(params, {"mem"}); !s.ok()) return s;
   absl::StatusOr<uint64_t> mem = params.GetUint("mem");
   if (!mem.ok()) return mem.status();
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = SessionOf(client);
-  if (!session.ok()) return session.status();
-  auto it = (*session)->blocks.find(*mem);
-  if (it == (*session)->blocks.end()) {
-    return absl::NotFoundError(absl::StrCat("no memory block ", *mem, " in this session"));
-  }
-  if (it->second.regions > 0) {
-    return absl::FailedPreconditionError(absl::StrCat("memory block ", *mem, " holds ",
-                                                      it->second.regions,
-                                                      " registered region(s): mr.dereg first"));
-  }
-  RetireBlock(**session, *mem);
-  ReleaseRetiredBlocks();
-  return Json::MakeObject();
+  return InSession(client, [&](Session& s) -> absl::StatusOr<Json> {
+    auto it = s.blocks.find(*mem);
+    if (it == s.blocks.end()) {
+      return absl::NotFoundError(absl::StrCat("no memory block ", *mem, " in this session"));
+    }
+    if (it->second.regions > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("memory block ", *mem, " holds ", it->second.regions,
+                       " registered region(s): mr.dereg first"));
+    }
+    RetireBlock(s, *mem);
+    ReleaseRetiredBlocks();
+    return Json::MakeObject();
+  });
 }
 
 void AppSessions::RetireBlock(Session& session, uint64_t mem) {
@@ -445,15 +461,15 @@ absl::StatusOr<Json> AppSessions::DeregisterRegion(const Json& params, const Cli
   if (absl::Status s = OnlyKeys(params, {"lkey"}); !s.ok()) return s;
   absl::StatusOr<uint64_t> lkey = params.GetUint("lkey");
   if (!lkey.ok()) return lkey.status();
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = SessionOf(client);
-  if (!session.ok()) return session.status();
-  if (*lkey > std::numeric_limits<uint32_t>::max() ||
-      !(*session)->regions.contains(static_cast<uint32_t>(*lkey))) {
-    return absl::NotFoundError(absl::StrCat("no region with lkey ", *lkey, " in this session"));
-  }
-  RemoveRegion(**session, static_cast<uint32_t>(*lkey));
-  return Json::MakeObject();
+  return InSession(client, [&](Session& s) -> absl::StatusOr<Json> {
+    if (*lkey > std::numeric_limits<uint32_t>::max() ||
+        !s.regions.contains(static_cast<uint32_t>(*lkey))) {
+      return absl::NotFoundError(
+          absl::StrCat("no region with lkey ", *lkey, " in this session"));
+    }
+    RemoveRegion(s, static_cast<uint32_t>(*lkey));
+    return Json::MakeObject();
+  });
 }
 
 void AppSessions::RemoveRegion(Session& session, uint32_t lkey) {
@@ -505,23 +521,21 @@ absl::StatusOr<Json> AppSessions::DestroyCompletionQueue(const Json& params,
   if (absl::Status s = OnlyKeys(params, {"cq"}); !s.ok()) return s;
   absl::StatusOr<uint64_t> id = params.GetUint("cq");
   if (!id.ok()) return id.status();
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = SessionOf(client);
-  if (!session.ok()) return session.status();
-  Session& s = **session;
-  auto it = s.cqs.find(*id);
-  if (it == s.cqs.end()) {
-    return absl::NotFoundError(absl::StrCat("no completion queue ", *id, " in this session"));
-  }
-  if (it->second.users > 0) {
-    return absl::FailedPreconditionError(absl::StrCat("completion queue ", *id, " is used by ",
-                                                      it->second.users,
-                                                      " connection(s): qp.destroy them first"));
-  }
-  Refund(s, it->second.bytes);
-  --shared_blocks_;
-  s.cqs.erase(it);
-  return Json::MakeObject();
+  return InSession(client, [&](Session& s) -> absl::StatusOr<Json> {
+    auto it = s.cqs.find(*id);
+    if (it == s.cqs.end()) {
+      return absl::NotFoundError(absl::StrCat("no completion queue ", *id, " in this session"));
+    }
+    if (it->second.users > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("completion queue ", *id, " is used by ", it->second.users,
+                       " connection(s): qp.destroy them first"));
+    }
+    Refund(s, it->second.bytes);
+    --shared_blocks_;
+    s.cqs.erase(it);
+    return Json::MakeObject();
+  });
 }
 
 // ---- connections ----
@@ -765,52 +779,40 @@ void AppSessions::RemoveConnection(Session& session, uint32_t conn_id, bool abor
 
 absl::StatusOr<Json> AppSessions::DestroyConnection(const Json& params, const ClientInfo& client) {
   if (absl::Status s = OnlyKeys(params, {"conn_id"}); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = SessionOf(client);
-  if (!session.ok()) return session.status();
-  absl::StatusOr<AppConnection*> c = ConnectionOf(**session, params);
-  if (!c.ok()) return c.status();
-  RemoveConnection(**session, (*c)->id, /*abort=*/false);
-  ReleaseRetiredBlocks();
-  return Json::MakeObject();
+  return OnConnection(params, client, [&](Session& s, AppConnection& c) -> absl::StatusOr<Json> {
+    RemoveConnection(s, c.id, /*abort=*/false);
+    ReleaseRetiredBlocks();
+    return Json::MakeObject();
+  });
 }
 
 absl::StatusOr<Json> AppSessions::ConnectionStats(const Json& params, const ClientInfo& client) {
   if (absl::Status s = OnlyKeys(params, {"conn_id"}); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = SessionOf(client);
-  if (!session.ok()) return session.status();
-  absl::StatusOr<AppConnection*> c = ConnectionOf(**session, params);
-  if (!c.ok()) return c.status();
-  absl::StatusOr<api::ConnectionStats> stats = engine_.Snapshot((*c)->id);
-  if (!stats.ok()) return stats.status();
-  return api::ConnectionStatsJson(*stats);
+  return OnConnection(params, client, [&](Session&, AppConnection& c) -> absl::StatusOr<Json> {
+    absl::StatusOr<api::ConnectionStats> stats = engine_.Snapshot(c.id);
+    if (!stats.ok()) return stats.status();
+    return api::ConnectionStatsJson(*stats);
+  });
 }
 
 absl::StatusOr<Json> AppSessions::RotatePath(const Json& params, const ClientInfo& client) {
   if (absl::Status s = OnlyKeys(params, {"conn_id", "path"}); !s.ok()) return s;
   absl::StatusOr<uint64_t> path = UintIn(params, "path", 0, 65535);
   if (!path.ok()) return path.status();
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = SessionOf(client);
-  if (!session.ok()) return session.status();
-  absl::StatusOr<AppConnection*> c = ConnectionOf(**session, params);
-  if (!c.ok()) return c.status();
-  if (absl::Status s = engine_.RequestRotation((*c)->id, static_cast<uint16_t>(*path)); !s.ok()) {
-    return s;
-  }
-  return Json::MakeObject();
+  return OnConnection(params, client, [&](Session&, AppConnection& c) -> absl::StatusOr<Json> {
+    if (absl::Status s = engine_.RequestRotation(c.id, static_cast<uint16_t>(*path)); !s.ok()) {
+      return s;
+    }
+    return Json::MakeObject();
+  });
 }
 
 absl::StatusOr<Json> AppSessions::AbortConnection(const Json& params, const ClientInfo& client) {
   if (absl::Status s = OnlyKeys(params, {"conn_id"}); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = SessionOf(client);
-  if (!session.ok()) return session.status();
-  absl::StatusOr<AppConnection*> c = ConnectionOf(**session, params);
-  if (!c.ok()) return c.status();
-  if (absl::Status s = engine_.AbortConnection((*c)->id); !s.ok()) return s;
-  return Json::MakeObject();
+  return OnConnection(params, client, [&](Session&, AppConnection& c) -> absl::StatusOr<Json> {
+    if (absl::Status s = engine_.AbortConnection(c.id); !s.ok()) return s;
+    return Json::MakeObject();
+  });
 }
 
 // ---- listing ----
@@ -967,6 +969,15 @@ size_t AppSessions::sessions() const {
 size_t AppSessions::connections() const {
   absl::MutexLock lock(&mu_);
   return ConnectionCountLocked();
+}
+
+uint64_t AppSessions::paths_held() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t n = 0;
+  for (const auto& [id, s] : sessions_) {
+    for (const auto& [conn_id, c] : s->connections) n += c.paths;
+  }
+  return n;
 }
 
 uint64_t AppSessions::memory_bytes() const {

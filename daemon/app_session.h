@@ -174,6 +174,8 @@ class AppSessions {
   control::Json Summary() const;
   size_t sessions() const;
   size_t connections() const;
+  // Paths of every application connection (their path counts added up).
+  uint64_t paths_held() const;
   uint64_t memory_bytes() const;  // shared memory counted against max_memory_bytes
 
  private:
@@ -190,6 +192,18 @@ class AppSessions {
   };
 
   absl::StatusOr<Session*> SessionOf(const ClientInfo& client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The preamble every session handler shares, once: takes mu_, finds the caller's session
+  // (FailedPrecondition when the control connection is not attached) and runs
+  // `handler(Session&)` under the lock, returning what it returns.
+  template <typename Handler>
+  absl::StatusOr<control::Json> InSession(const ClientInfo& client, Handler&& handler)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for a handler of one of the session's connections, named by params' `conn_id`
+  // (ConnectionOf's refusals): runs `handler(Session&, AppConnection&)` under the lock.
+  template <typename Handler>
+  absl::StatusOr<control::Json> OnConnection(const control::Json& params,
+                                             const ClientInfo& client, Handler&& handler)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A fresh sealed block of `bytes` (rounded up to pages) counted against max_memory_bytes,
   // mapped here; its descriptor goes into `client.reply_fds`. `what` names it in refusals.
   absl::StatusOr<std::shared_ptr<api::SharedMapping>> NewSharedBlock(const char* memfd_name,

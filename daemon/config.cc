@@ -173,7 +173,7 @@ const std::vector<KeySpec>& Keys() {
       {"daemon", "control_bind", false, false,
        [](absl::string_view v, Config& c) -> absl::Status {
          if (!IsIpLiteral(std::string(v))) {
-           return Bad(absl::StrCat("'", v, "' is not an IP address (0.0.0.0: every address)"));
+           return Bad(absl::StrCat("'", v, "' is not an IP address (:: for every IPv4 and IPv6 address, 0.0.0.0 for every IPv4 one)"));
          }
          c.daemon.control_bind = std::string(v);
          return absl::OkStatus();
@@ -621,8 +621,13 @@ bool IsLoopback(const ListenAddress& address) {
 
 uint32_t ObservedEventDepth(const Config& config) {
   if (config.daemon.observed_event_depth != 0) return config.daemon.observed_event_depth;
-  const uint64_t burst = uint64_t{config.limits.max_connections} * kAutoPathsPerConnection *
-                         kAutoEventsPerPath;
+  return ObservedEventDepthForPaths(uint64_t{config.limits.max_connections} *
+                                    kAutoPathsPerConnection);
+}
+
+uint32_t ObservedEventDepthForPaths(uint64_t paths) {
+  const uint64_t burst = paths > kMaxObservedEventDepth ? kMaxObservedEventDepth
+                                                        : paths * kAutoEventsPerPath;
   return static_cast<uint32_t>(std::bit_ceil(std::clamp<uint64_t>(
       burst, kMinAutoObservedEventDepth, kMaxObservedEventDepth)));
 }

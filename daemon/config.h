@@ -48,7 +48,7 @@ struct DaemonSettings {
   PortKindSetting port_kind = PortKindSetting::kAfXdp;
   uint16_t udp_port = 4792;
   uint16_t control_port = 4793;         // 0: any free port (daemon.show reports it)
-  std::string control_bind = "0.0.0.0";
+  std::string control_bind = "::";  // every address, IPv4 and IPv6
   std::string socket = "/run/metaroce/metaroced.sock";
   std::string socket_group;             // empty: root and the daemon's uid only
   int workers = 1;
@@ -116,6 +116,12 @@ inline constexpr double kMinPullRateGbps = 0.01;
 inline constexpr double kMaxPullRateGbps = 100000;
 // The depth the daemon asks for: observed_event_depth, or `auto`'s.
 uint32_t ObservedEventDepth(const Config& config);
+// The depth that `paths` paths held on the host need by the same rule (kAutoEventsPerPath each,
+// a power of two within the bounds). `auto` takes it for max_connections x
+// kAutoPathsPerConnection, since the rings are sized at start, before any connection says its
+// path count; the daemon then compares it with the paths really held (daemon.show
+// observed_event_depth_needed, and a warning naming the setting when the rings fall short).
+uint32_t ObservedEventDepthForPaths(uint64_t paths);
 
 // One command-line flag that sets a config key, e.g. {"--workers", "workers", "2"}.
 struct ConfigOverride {

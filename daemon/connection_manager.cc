@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -166,7 +167,11 @@ absl::Status ConnectionManager::Start() {
       context_.Listen(options_.control_port, options_.bind_address);
   if (!l.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("control port ", options_.bind_address, ":", options_.control_port,
+        absl::StrCat("control port ",
+                     absl::StrContains(options_.bind_address, ':')
+                         ? absl::StrCat("[", options_.bind_address, "]")
+                         : options_.bind_address,
+                     ":", options_.control_port,
                      " for peer daemons: ", l.status().message(),
                      " (another metaroced? set control_port in the config)"));
   }
@@ -223,6 +228,13 @@ void ConnectionManager::SetTuning(const core::ConnectionConfig& tuning) {
 size_t ConnectionManager::size() const {
   absl::MutexLock lock(&mu_);
   return table_.size();
+}
+
+uint64_t ConnectionManager::paths_held() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t n = 0;
+  for (const auto& [id, mc] : table_) n += mc->paths;
+  return n;
 }
 
 api::Connection* ConnectionManager::Find(uint32_t id) {

@@ -54,7 +54,7 @@ struct ConnectionLimits {
 
 struct ConnectionManagerOptions {
   uint16_t control_port = 4793;           // TCP, for peer daemons
-  std::string bind_address = "0.0.0.0";
+  std::string bind_address = "::";  // every address, IPv4 and IPv6
   ConnectionLimits limits;
   absl::Duration exchange_timeout = absl::Seconds(5);
   absl::Duration heartbeat = absl::Milliseconds(500);
@@ -117,6 +117,8 @@ class ConnectionManager {
   // New tunables (reload): they apply to connections made from then on.
   void SetTuning(const core::ConnectionConfig& tuning);
   size_t size() const;
+  // Paths of every connection held (their path counts added up).
+  uint64_t paths_held() const;
   uint16_t control_port() const { return bound_port_; }
 
   // For the path manager: runs `fn` on each connection under the table's lock.

@@ -431,7 +431,30 @@ void Daemon::Run(int signal_fd) {
       }
     }
     paths_->Tick();
+    CheckObservedEventDepth();
   }
+}
+
+void Daemon::CheckObservedEventDepth() {
+  const absl::Time now = absl::Now();
+  if (now < next_depth_check_) return;
+  next_depth_check_ = now + absl::Seconds(1);
+  const uint64_t paths = connections_->paths_held() + apps_->paths_held();
+  const uint32_t needed = ObservedEventDepthForPaths(paths);
+  const uint32_t depth = context_->options().observed_event_depth;
+  if (needed <= depth) {
+    depth_short_ = false;
+    return;
+  }
+  if (depth_short_) return;
+  depth_short_ = true;
+  log_.Warning(absl::StrCat(
+      "the connections hold ", paths, " paths, whose state changes in a fabric failure (",
+      kAutoEventsPerPath, " each) need observer rings of ", needed, " events; they hold ", depth,
+      " a worker (observed_event_depth, sized at start for max_connections x ",
+      kAutoPathsPerConnection, " paths): path.events may lose events of such a burst "
+      "(metaroce_worker_observed_events_dropped_total). Set observed_event_depth = ", needed,
+      " in [daemon] and restart"));
 }
 
 void Daemon::Reload() {
@@ -521,6 +544,9 @@ absl::StatusOr<Json> Daemon::ShowDaemon(const Json& params) {
   j["control_port"] = connections_->control_port();
   j["workers"] = c.daemon.workers;
   j["observed_event_depth"] = context_->options().observed_event_depth;
+  const uint64_t paths = connections_->paths_held() + apps_->paths_held();
+  j["paths_held"] = paths;
+  j["observed_event_depth_needed"] = ObservedEventDepthForPaths(paths);
   j["receive_budget_bytes"] = context_->options().receive_budget_bytes;
   j["pull_rate_gbps"] = context_->options().pull_rate_gbps;
   j["pull_rate_source"] = pull_rate_.source;

@@ -111,6 +111,10 @@ class Daemon {
   // Until SIGTERM or SIGINT arrives on `signal_fd`; SIGHUP reloads.
   void Run(int signal_fd);
   void Reload();
+  // Every second: the depth the paths really held need (ObservedEventDepthForPaths) against the
+  // observer rings' (sized at start for max_connections x 8 paths); a warning naming the
+  // setting when the rings fall short, once until they suffice again.
+  void CheckObservedEventDepth();
   void Stop();
 
   // Handlers (docs/control-protocol.md).
@@ -147,6 +151,8 @@ class Daemon {
   std::vector<std::vector<std::string>> port_descriptions_;  // [plane][worker]
   std::vector<std::vector<io::PortFeatures>> port_features_;  // [plane][worker]
   bool stopped_ = false;
+  absl::Time next_depth_check_ = absl::InfinitePast();  // main thread
+  bool depth_short_ = false;                             // main thread: warned already
 
   // Declared in start-up order: destroyed in reverse.
   std::unique_ptr<api::Context> context_;

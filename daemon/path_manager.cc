@@ -36,13 +36,26 @@ core::ConnectionConfig PathPolicy::Apply(core::ConnectionConfig base) const {
   return base;
 }
 
+namespace {
+
+PathEventRecord::Limits RecordLimits(const PathPolicy& policy) {
+  return {.per_connection = policy.events_kept, .max_bytes = policy.events_bytes};
+}
+
+}  // namespace
+
 PathManager::PathManager(ConnectionManager& connections, AppSessions& apps, PathPolicy policy,
                          absl::Time started)
-    : connections_(connections), apps_(apps), policy_(std::move(policy)), started_(started) {}
+    : connections_(connections),
+      apps_(apps),
+      policy_(std::move(policy)),
+      started_(started),
+      record_(RecordLimits(policy_)) {}
 
 void PathManager::SetPolicy(const PathPolicy& policy) {
   absl::MutexLock lock(&mu_);
   policy_ = policy;
+  record_.SetLimits(RecordLimits(policy_));
 }
 
 void PathManager::Tick() {
@@ -59,13 +72,18 @@ void PathManager::Tick() {
   std::stable_sort(drained.begin(), drained.end(),
                    [](const core::PathEvent& a, const core::PathEvent& b) { return a.at < b.at; });
   const absl::Time now = absl::Now();
+  const int64_t now_mono_ns = engine::MonotonicNow().ns;
   std::vector<uint32_t> recorded;
   {
     absl::MutexLock lock(&mu_);
-    for (const core::PathEvent& e : drained) Record(e);
-    if (now < next_prune_ || events_.empty()) return;
+    for (const core::PathEvent& e : drained) {
+      // Event instants are CLOCK_MONOTONIC (lib/engine); the record keeps daemon time.
+      const absl::Duration since_event = absl::Nanoseconds(now_mono_ns - e.at.ns);
+      record_.Record(e, absl::ToInt64Nanoseconds(now - since_event - started_));
+    }
+    if (now < next_prune_ || record_.events() == 0) return;
     next_prune_ = now + kPruneEvery;
-    for (const auto& [id, q] : events_) recorded.push_back(id);
+    recorded = record_.Connections();
   }
   // The record of a deleted connection goes with it, looked for among the connections that have
   // a record (ids are never reused: one deleted now is not recorded again).
@@ -74,33 +92,7 @@ void PathManager::Tick() {
     if (!Exists(id)) deleted.push_back(id);
   }
   absl::MutexLock lock(&mu_);
-  for (uint32_t id : deleted) events_.erase(id);
-}
-
-void PathManager::Record(const core::PathEvent& e) {
-  Json j = Json::MakeObject();
-  // Event instants are CLOCK_MONOTONIC (lib/engine); the record keeps daemon time.
-  const absl::Duration since_event =
-      absl::Nanoseconds(engine::MonotonicNow().ns - e.at.ns);
-  j["time_s"] = absl::ToDoubleSeconds(absl::Now() - since_event - started_);
-  j["monotonic_ns"] = e.at.ns;
-  j["conn"] = e.conn_id;
-  j["path_id"] = e.path_id;
-  if (e.kind == core::PathEvent::Kind::kPortRotated) {
-    j["kind"] = "rotation";
-    j["old_port"] = e.old_port;
-    j["new_port"] = e.new_port;
-  } else {
-    j["kind"] = "state";
-    j["from"] = core::PathStateName(e.from);
-    j["to"] = core::PathStateName(e.to);
-  }
-  j["reason"] = core::PathEventReasonName(e.reason);
-  const uint64_t seq = next_seq_++;
-  j["seq"] = seq;
-  std::deque<RecordedEvent>& q = events_[e.conn_id];
-  q.push_back(RecordedEvent{seq, std::move(j)});
-  while (q.size() > policy_.events_kept) q.pop_front();
+  for (uint32_t id : deleted) record_.Erase(id);
 }
 
 absl::StatusOr<api::ConnectionStats> PathManager::StatsOf(uint32_t id) {
@@ -184,31 +176,9 @@ absl::StatusOr<Json> PathManager::Events(const Json& params) {
   Tick();  // what happened up to now
   PageBuilder page(*page_params);
   absl::MutexLock lock(&mu_);
-  // Each connection's record is in sequence order: a merge of the records from the cursor on,
-  // smallest sequence number first, visits only what the page takes (and one more).
-  using Cursor = std::pair<std::deque<RecordedEvent>::const_iterator,
-                           std::deque<RecordedEvent>::const_iterator>;  // next, end
-  auto later = [](const Cursor& a, const Cursor& b) { return a.first->seq > b.first->seq; };
-  std::vector<Cursor> heap;
-  for (const auto& [conn, q] : events_) {
-    if (id && conn != *id) continue;
-    auto from = std::partition_point(q.begin(), q.end(), [&](const RecordedEvent& r) {
-      return r.seq < page.first_key();
-    });
-    if (from != q.end()) heap.emplace_back(from, q.end());
-  }
-  std::make_heap(heap.begin(), heap.end(), later);
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), later);
-    Cursor& c = heap.back();
-    const RecordedEvent& r = *c.first;
-    if (!page.Offer(r.seq, [&] { return std::optional<Json>(r.event); })) break;
-    if (++c.first == c.second) {
-      heap.pop_back();
-    } else {
-      std::push_heap(heap.begin(), heap.end(), later);
-    }
-  }
+  record_.Visit(id, page.first_key(), [&](const PathEventRecord::Entry& e) {
+    return page.Offer(e.seq, [&] { return std::optional<Json>(PathEventRecord::ToJson(e)); });
+  });
   Json out = Json::MakeObject();
   page.Finish(out, "events");
   return out;

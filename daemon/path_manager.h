@@ -39,14 +39,13 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <map>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/app_session.h"
 #include "daemon/connection_manager.h"
+#include "daemon/path_event_record.h"
 #include "lib/control/json.h"
 #include "lib/core/config.h"
 #include "lib/core/path_state.h"
@@ -60,7 +59,11 @@ struct PathPolicy {
   // `rotations_per_second`.
   double rotations_per_second = 50;
   uint32_t rotation_burst = 8;
-  size_t events_kept = 1024;  // per connection
+  // The record of path events (daemon/path_event_record.h): the last `events_kept` per
+  // connection, and at most `events_bytes` of events in all (40 bytes each; the oldest of the
+  // whole record go first beyond it).
+  size_t events_kept = 1024;
+  size_t events_bytes = size_t{32} << 20;
   // The policy as core tunables, on top of `base` (lib/api/host_tuning.h).
   core::ConnectionConfig Apply(core::ConnectionConfig base) const;
 };
@@ -84,7 +87,6 @@ class PathManager {
  private:
   static constexpr absl::Duration kPruneEvery = absl::Seconds(1);
 
-  void Record(const core::PathEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The connection `id`, the daemon's or an application's: NotFound naming it otherwise.
   absl::StatusOr<api::ConnectionStats> StatsOf(uint32_t id);
   absl::Status RotateOne(uint32_t id, uint16_t path_id);
@@ -95,15 +97,9 @@ class PathManager {
   absl::Mutex mu_;
   PathPolicy policy_ ABSL_GUARDED_BY(mu_);
   absl::Time started_;
-  // A recorded event: its sequence number (the order recorded, never reused: path.events'
-  // order and cursor) and its EVENT object.
-  struct RecordedEvent {
-    uint64_t seq = 0;
-    control::Json event;
-  };
-  // Each connection's record, oldest first (so in sequence order).
-  std::map<uint32_t, std::deque<RecordedEvent>> events_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  // Every connection's events, compact and bounded in bytes; sequence numbers (the order
+  // recorded, never reused) are path.events' order and cursor.
+  PathEventRecord record_ ABSL_GUARDED_BY(mu_);
   absl::Time next_prune_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 

@@ -234,8 +234,9 @@ class Context {
   absl::StatusOr<std::unique_ptr<CompletionQueue>> CreateCompletionQueue(size_t depth);
 
   // Server side: a TCP listener on bind_address:tcp_port (0: ephemeral, see Listener::port()).
+  // The default, "", is every address of both families (ExchangeSocket::Listen).
   absl::StatusOr<std::unique_ptr<Listener>> Listen(uint16_t tcp_port,
-                                                   std::string_view bind_address = "0.0.0.0");
+                                                   std::string_view bind_address = "");
   // Client side: exchanges parameters with the listener at host:tcp_port.
   absl::StatusOr<std::unique_ptr<Connection>> Connect(std::string_view host, uint16_t tcp_port,
                                                       const ConnectOptions& options);

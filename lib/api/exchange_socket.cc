@@ -37,6 +37,12 @@ std::string SockaddrName(const sockaddr_storage& ss) {
   }
   if (ss.ss_family == AF_INET6) {
     const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+      // An IPv4 client of a dual-stack listener: named as the IPv4 host it is, as it would be
+      // on an IPv4 listener (the daemon records the peer's address from this name).
+      inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], host, sizeof(host));
+      return absl::StrCat(host, ":", ntohs(a->sin6_port));
+    }
     inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
     port = ntohs(a->sin6_port);
     return absl::StrCat("[", host, "]:", port);
@@ -61,6 +67,50 @@ ExchangeSocket& ExchangeSocket::operator=(ExchangeSocket&& o) noexcept {
 
 absl::StatusOr<ExchangeSocket> ExchangeSocket::Listen(std::string_view bind_address,
                                                       uint16_t port) {
+  if (IsWildcardAddress(bind_address)) {
+    // Every address of both families: one IPv6 socket that also accepts IPv4 clients (as
+    // ::ffff:a.b.c.d), whatever net.ipv6.bindv6only says. A host without IPv6 (no AF_INET6,
+    // or its addresses disabled) gets the IPv4 wildcard instead.
+    absl::StatusOr<ExchangeSocket> dual = ListenDualStack(port);
+    if (dual.ok() || !absl::IsUnavailable(dual.status())) return dual;
+    return ListenOn("0.0.0.0", port);
+  }
+  return ListenOn(bind_address, port);
+}
+
+bool ExchangeSocket::IsWildcardAddress(std::string_view bind_address) {
+  return bind_address.empty() || bind_address == "::";
+}
+
+absl::StatusOr<ExchangeSocket> ExchangeSocket::ListenDualStack(uint16_t port) {
+  ExchangeSocket s(socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (s.fd_ < 0) {
+    if (errno == EAFNOSUPPORT) return absl::UnavailableError("this host has no IPv6");
+    return absl::ErrnoToStatus(errno, "socket(AF_INET6) for the exchange listener");
+  }
+  const int one = 1, zero = 0;
+  setsockopt(s.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (setsockopt(s.fd_, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)) < 0) {
+    return absl::ErrnoToStatus(errno, "IPV6_V6ONLY off on the exchange listener");
+  }
+  sockaddr_in6 any{};
+  any.sin6_family = AF_INET6;
+  any.sin6_addr = in6addr_any;
+  any.sin6_port = htons(port);
+  if (bind(s.fd_, reinterpret_cast<const sockaddr*>(&any), sizeof(any)) < 0) {
+    if (errno == EADDRNOTAVAIL || errno == EAFNOSUPPORT) {
+      return absl::UnavailableError("IPv6 is disabled on this host");
+    }
+    return absl::ErrnoToStatus(errno, absl::StrCat("bind to [::] port ", port,
+                                                   " (is another listener using it?)"));
+  }
+  if (listen(s.fd_, 16) < 0) return absl::ErrnoToStatus(errno, "listen() on the exchange socket");
+  if (absl::Status st = SetNonBlocking(s.fd_); !st.ok()) return st;
+  return s;
+}
+
+absl::StatusOr<ExchangeSocket> ExchangeSocket::ListenOn(std::string_view bind_address,
+                                                        uint16_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -68,10 +118,10 @@ absl::StatusOr<ExchangeSocket> ExchangeSocket::Listen(std::string_view bind_addr
   addrinfo* res = nullptr;
   const std::string host(bind_address);
   const std::string service = absl::StrCat(port);
-  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
-      rc != 0) {
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("listen address '", host, "': ", gai_strerror(rc)));
+        absl::StrCat("listen address '", host, "': ", gai_strerror(rc),
+                     " (a numeric IPv4 or IPv6 address; empty or :: for every address)"));
   }
   ExchangeSocket s(socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0));
   if (s.fd_ < 0) {

@@ -81,7 +81,10 @@ absl::StatusOr<ControlChannel> ControlChannel::Connect(std::string_view host, ui
     absl::SleepFor(absl::Milliseconds(100));
   }
   return absl::UnavailableError(absl::StrCat(
-      "no mrperf server at ", std::string(host), ":", port, " (", last.message(),
+      "no mrperf server at ",
+      host.find(':') == std::string_view::npos ? std::string(host)
+                                               : absl::StrCat("[", std::string(host), "]"),
+      ":", port, " (", last.message(),
       "): start `mrperf TEST` without an address there first, with the same -p"));
 }
 
@@ -171,7 +174,7 @@ LatResult LatencyFrom(const ControlMessage& m, uint64_t size) {
 
 absl::StatusOr<ClientGreeting> AwaitClient(const PerfOptions& options,
                                            const std::function<void()>& ready) {
-  const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "0.0.0.0";
+  const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "";
   absl::StatusOr<api::ExchangeSocket> listen = api::ExchangeSocket::Listen(bind, options.port);
   if (!listen.ok()) {
     return absl::Status(listen.status().code(),

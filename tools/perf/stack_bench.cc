@@ -845,7 +845,7 @@ absl::StatusOr<JsonValue> RunStackServer(const PerfOptions& options,
     return st;
   }
   if (absl::Status st = CreateQueues(s); !st.ok()) return st;
-  const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "0.0.0.0";
+  const std::string bind = options.port_kind == PortKindFlag::kMemory ? "127.0.0.1" : "";
   absl::StatusOr<std::unique_ptr<api::Listener>> listener = s.ctx->Listen(0, bind);
   if (!listener.ok()) return listener.status();
   ControlMessage rdy;

@@ -42,7 +42,7 @@ TEST(Config, Defaults) {
   EXPECT_EQ(k.daemon.port_kind, PortKindSetting::kAfXdp);
   EXPECT_EQ(k.daemon.udp_port, 4792);
   EXPECT_EQ(k.daemon.control_port, 4793);
-  EXPECT_EQ(k.daemon.control_bind, "0.0.0.0");
+  EXPECT_EQ(k.daemon.control_bind, "::");
   EXPECT_EQ(k.daemon.socket, "/run/metaroce/metaroced.sock");
   EXPECT_EQ(k.daemon.socket_group, "");
   EXPECT_EQ(k.daemon.workers, 1);
@@ -190,7 +190,9 @@ TEST(Config, BadValues) {
       {"udp_port = 0", "udp_port: 0 is not in 1..65535"},
       {"udp_port = http", "udp_port: 'http' is not an integer in 1..65535"},
       {"control_port = 65536", "control_port: 65536 is not in 0..65535"},
-      {"control_bind = any", "control_bind: 'any' is not an IP address (0.0.0.0: every address)"},
+      {"control_bind = any",
+       "control_bind: 'any' is not an IP address (:: for every IPv4 and IPv6 address, 0.0.0.0 "
+       "for every IPv4 one)"},
       {"port_kind = dpdk", "port_kind: 'dpdk' is not one of af_xdp, udp"},
       {"local_ips = 198.18.0.300", "local_ips: '198.18.0.300' is not an IP address"},
       {"socket = run/m.sock", "socket: 'run/m.sock' is not an absolute path"},
@@ -449,6 +451,19 @@ TEST_F(ConfigFile, TheInstalledExampleIsValidOnceInterfacesAreGiven) {
 // `auto` sizes the observer rings for every path of max_connections connections of 8 paths to
 // change 4 times within one tick (config.h): 131,072 events for the default 4,096 connections,
 // where the engine's own default, 1,024, is 128 times too few.
+// The depth the paths really held need, by the same rule: `auto`'s 8 paths a connection is an
+// assumption the daemon checks against it (daemon.show observed_event_depth_needed).
+TEST(Config, ObservedEventDepthForThePathsHeld) {
+  EXPECT_EQ(ObservedEventDepthForPaths(4096 * 8), 131072u);   // what auto assumes
+  EXPECT_EQ(ObservedEventDepthForPaths(4096 * 16), 262144u);  // twice the paths, twice the ring
+  EXPECT_EQ(ObservedEventDepthForPaths(3000 * 16), 262144u);  // 192,000 rounded up
+  EXPECT_EQ(ObservedEventDepthForPaths(0), kMinAutoObservedEventDepth);
+  EXPECT_EQ(ObservedEventDepthForPaths(uint64_t{1} << 40), kMaxObservedEventDepth);
+  Config c;
+  c.limits.max_connections = 3000;
+  EXPECT_EQ(ObservedEventDepth(c), ObservedEventDepthForPaths(3000 * 8));
+}
+
 TEST(Config, AutoObservedEventDepthFollowsMaxConnections) {
   Config c;
   EXPECT_EQ(ObservedEventDepth(c), 131072u);

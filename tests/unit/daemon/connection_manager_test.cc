@@ -207,6 +207,15 @@ TEST_F(Liveness, AClosedLinkFailsItsConnectionOnly) {
 
 // conn.show by pages over the daemon's connections: each once, in id order, `next` on every
 // page but the last.
+// The paths really held (daemon.show paths_held, against the observer rings' depth): every
+// connection's path count added up.
+TEST_F(Liveness, PathsHeldAddUpEveryConnectionsPaths) {
+  EXPECT_EQ(manager_->paths_held(), 0u);
+  Add(/*per_peer=*/true, 2);
+  Add(/*per_peer=*/true, 5);
+  EXPECT_EQ(manager_->paths_held(), 7u);
+}
+
 TEST_F(Liveness, ConnShowPagesListEveryConnectionOnce) {
   Add(/*per_peer=*/true);
   BeatOn(0);  // alive for as long as the test takes
