@@ -40,7 +40,10 @@ namespace {
 
 using control::Json;
 
-constexpr size_t kMaxLineBytes = 1 << 20;
+// docs/spec/driver.md §1: a line (request or response) is at most 4 MiB; `read_mr` and
+// `write_mr` move at most 2^20 bytes, 2^21 hex digits, so that their lines fit.
+constexpr size_t kMaxLineBytes = 4 << 20;
+constexpr uint64_t kMaxDataBytes = 1 << 20;
 
 // SIGTERM and SIGINT end the process cleanly: the context goes, and with it the XDP program it
 // attached (a killed AF_XDP IUT would leave it on the interface).
@@ -347,6 +350,14 @@ class Driver {
     if (!ctx_->is_attached()) {
       features.Push(Json("min_timeout_ms"));
       features.Push(Json("rnr_retry"));
+      features.Push(Json("host_counters"));  // `stats` without `conn` (the engine's endpoints)
+      // driver.md §2: the local ACK policy ([R10]), which the set-up does not carry. Through
+      // metaroced its path policy decides it, and this driver does not know it.
+      const core::ConnectionConfig tuning = api::ConnectOptions().tuning;
+      Json& ack = r["ack_policy"] = Json::MakeObject();
+      ack["ack_every"] = tuning.ack_every;
+      ack["delayed_ack_us"] = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(tuning.delayed_ack).count());
     }
     return r;
   }
@@ -514,6 +525,11 @@ class Driver {
 
   absl::StatusOr<Json> WriteMr(const Params& p) {
     MR_ASSIGN(text, p.String("data"));
+    if (text.size() > 2 * kMaxDataBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter data: at most ", kMaxDataBytes, " bytes (", 2 * kMaxDataBytes,
+          " hex digits) per write_mr; write a larger range in parts"));
+    }
     MR_ASSIGN(data, Unhex(text, "data"));
     MR_ASSIGN(range, RangeOf(p, data.size()));
     std::memcpy(range.data(), data.data(), data.size());
@@ -521,7 +537,7 @@ class Driver {
   }
 
   absl::StatusOr<Json> ReadMr(const Params& p) {
-    MR_ASSIGN(length, p.Uint("length", 0, 1u << 20));
+    MR_ASSIGN(length, p.Uint("length", 0, kMaxDataBytes));
     MR_ASSIGN(range, RangeOf(p, length));
     Json r = Json::MakeObject();
     r["data"] = Hex(range);
@@ -621,11 +637,44 @@ class Driver {
   }
 
   absl::StatusOr<Json> Stats(const Params& p) {
+    if (p.Find("conn") == nullptr) return HostStats();
     MR_ASSIGN(conn, ConnOf(p));
     absl::StatusOr<api::ConnectionStats> s = conn->Stats();
     if (!s.ok()) return s.status();
     Json r = Json::MakeObject();
     r["stats"] = api::ConnectionStatsJson(*s);
+    return r;
+  }
+
+  // driver.md §2, `stats` without `conn`: the host-level drops of wire-format §9 (checks 1-9),
+  // summed over the engine's workers, under the spec's names.
+  absl::StatusOr<Json> HostStats() {
+    if (ctx_->is_attached()) {
+      return absl::UnimplementedError(
+          "stats without conn: host counters are metaroced's through an attached context "
+          "(mrctl stat show); no host_counters in this driver's features");
+    }
+    static_assert(static_cast<size_t>(wire::ParseError::kCount) == 7,
+                  "a new parse error: name it here as wire-format.md §9 does");
+    constexpr std::pair<wire::ParseError, const char*> kReasons[] = {
+        {wire::ParseError::kTruncated, "truncated"},
+        {wire::ParseError::kBadVersion, "bad_version"},
+        {wire::ParseError::kBadOpcode, "bad_opcode"},
+        {wire::ParseError::kLengthMismatch, "length_mismatch"},
+        {wire::ParseError::kBadRange, "bad_range"},
+        {wire::ParseError::kBadSyndrome, "bad_syndrome"},
+    };
+    std::map<std::string, uint64_t> sum;
+    for (const engine::WorkerStats& w : ctx_->Stats()) {
+      for (const auto& [reason, name] : kReasons) {
+        sum[name] += w.endpoint.malformed_by_reason[static_cast<size_t>(reason)];
+      }
+      sum["unknown_connection"] += w.endpoint.unknown_connection;
+      sum["rx_datagrams"] += w.endpoint.rx_datagrams;
+    }
+    Json r = Json::MakeObject();
+    Json& host = r["host"] = Json::MakeObject();
+    for (const auto& [name, n] : sum) host[name] = n;
     return r;
   }
 
@@ -697,7 +746,18 @@ void Serve(Driver& driver, int fd) {
       response = driver.Handle(*request);
       response["id"] = *id->AsUint();
     }
-    if (!WriteAll(fd, response.Dump() + "\n")) return;
+    std::string text = response.Dump();
+    if (text.size() + 1 > kMaxLineBytes) {  // driver.md §1: never a longer line
+      Json e = Json::MakeObject();
+      e["id"] = nullptr;
+      if (id != nullptr && id->AsUint()) e["id"] = *id->AsUint();
+      e["ok"] = false;
+      e["error"] = absl::StrCat("the response would be ", text.size(),
+                                " bytes, over the driver's line limit of ", kMaxLineBytes,
+                                " (driver.md §1): ask for less");
+      text = e.Dump();
+    }
+    if (!WriteAll(fd, text + "\n")) return;
   }
 }
 
