@@ -279,12 +279,16 @@ class Driver {
  public:
   // `attach`: the options `ctx` was attached with (a second session is another protection
   // domain); nullopt for an embedded context.
+  // `datapath`: the embedded context's ports (its XDP steering programs count the drops they
+  // make before the engine sees a datagram); null when attached. Must outlive the driver.
   Driver(std::unique_ptr<api::Context> ctx, std::unique_ptr<api::CompletionQueue> cq,
-         std::string setup_address, std::optional<api::AttachOptions> attach)
+         std::string setup_address, std::optional<api::AttachOptions> attach,
+         const api::Datapath* datapath)
       : ctx_(std::move(ctx)),
         cq_(std::move(cq)),
         setup_address_(std::move(setup_address)),
-        attach_(std::move(attach)) {}
+        attach_(std::move(attach)),
+        datapath_(datapath) {}
 
   // One request: the response object (with "ok"; "id" is added by the caller).
   Json Handle(const Json& request) {
@@ -647,7 +651,9 @@ class Driver {
   }
 
   // driver.md §2, `stats` without `conn`: the host-level drops of wire-format §9 (checks 1-9),
-  // summed over the engine's workers, under the spec's names.
+  // summed over the engine's workers, under the spec's names. Over AF_XDP the steering program
+  // makes checks 1 and 2 itself (bpf/xdp_steer.bpf.c: shorter than the base header, version not
+  // 1) and those datagrams never reach the engine: its counters are added.
   absl::StatusOr<Json> HostStats() {
     if (ctx_->is_attached()) {
       return absl::UnimplementedError(
@@ -672,6 +678,12 @@ class Driver {
       sum["unknown_connection"] += w.endpoint.unknown_connection;
       sum["rx_datagrams"] += w.endpoint.rx_datagrams;
     }
+    if (datapath_ != nullptr) {
+      for (const auto& [ifname, c] : datapath_->SteeringCounters()) {
+        sum["truncated"] += c.drop_truncated;
+        sum["bad_version"] += c.drop_bad_version;
+      }
+    }
     Json r = Json::MakeObject();
     Json& host = r["host"] = Json::MakeObject();
     for (const auto& [name, n] : sum) host[name] = n;
@@ -693,6 +705,7 @@ class Driver {
   std::unique_ptr<api::CompletionQueue> cq_;
   std::string setup_address_;
   std::optional<api::AttachOptions> attach_;
+  const api::Datapath* datapath_;
   std::unique_ptr<api::Context> other_;  // attached: the second session (domain "other")
   std::unique_ptr<api::Listener> listener_;
   std::map<uint32_t, std::unique_ptr<api::Connection>> conns_;
@@ -835,7 +848,8 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "mriut: driver: %s\n", std::string(listen.status().message()).c_str());
     return 1;
   }
-  Driver driver(*std::move(ctx), *std::move(cq), setup_address, std::move(attached));
+  const api::Datapath* ports = datapath != nullptr ? datapath.get() : (*ctx)->datapath();
+  Driver driver(*std::move(ctx), *std::move(cq), setup_address, std::move(attached), ports);
   std::printf("mriut: driver on %s:%u, set-ups on %s\n", o->driver_host.c_str(),
               listen->local_port(), setup_address.c_str());
   std::fflush(stdout);
