@@ -19,6 +19,7 @@ The fabric and both mriut are always torn down.
 usage: driver_test.py MRIUT MRFABRIC      exit 0 pass, 1 fail, 77 skip
 """
 import ctypes
+import hashlib
 import json
 import os
 import socket
@@ -29,7 +30,9 @@ import threading
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 import fabric_harness as harness  # noqa: E402
 
-NAME = "mrcd"
+# The fabric's name, distinct per checkout: the same test run from two worktrees at once on one
+# machine would otherwise share (and tear down) one fabric, and its processes with it.
+NAME = "mrcd" + hashlib.sha1(os.path.realpath(__file__).encode()).hexdigest()[:6]
 CLONE_NEWNET = 0x40000000
 
 
