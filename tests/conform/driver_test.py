@@ -11,12 +11,15 @@ protocol only, as a compliance suite drives an implementation:
   - a Write with a wrong rkey completes REM_ACCESS_ERR and leaves the region untouched;
   - a set-up whose path counts differ is refused on both sides, code `incompatible`;
   - requests the driver refuses (unknown op, missing parameter, no such region) say why, and the
-    session goes on; stats name the counters; destroy removes the connection.
+    session goes on; stats name the counters; destroy removes the connection;
+  - read_mr of 2^20 bytes fits one line of at most 4 MiB, 2^20 + 1 is refused, and so is a
+    larger write_mr; stats without a connection give the host-level drop counters by name.
 The fabric and both mriut are always torn down.
 
 usage: driver_test.py MRIUT MRFABRIC      exit 0 pass, 1 fail, 77 skip
 """
 import ctypes
+import hashlib
 import json
 import os
 import socket
@@ -27,7 +30,9 @@ import threading
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 import fabric_harness as harness  # noqa: E402
 
-NAME = "mrcd"
+# The fabric's name, distinct per checkout: the same test run from two worktrees at once on one
+# machine would otherwise share (and tear down) one fabric, and its processes with it.
+NAME = "mrcd" + hashlib.sha1(os.path.realpath(__file__).encode()).hexdigest()[:6]
 CLONE_NEWNET = 0x40000000
 
 
@@ -204,6 +209,26 @@ def main():
         check(not r["ok"] and "length" in r["error"], "driver: a missing parameter is named")
         r = a.request("read_mr", lkey=999999, offset=0, length=1)
         check(not r["ok"] and "no region" in r["error"], "driver: an unknown region is refused")
+        # driver.md §1-§2: a line is at most 4 MiB; read_mr and write_mr move at most 2^20
+        # bytes (a 2^20-byte read is a line of 2^21 hex digits and its envelope).
+        big = a.ok("reg_mr", length=(1 << 20) + 4096, access=["local_write"])
+        a.sock.sendall((json.dumps({"id": a.next_id, "op": "read_mr", "lkey": big["lkey"],
+                                    "offset": 0, "length": 1 << 20}) + "\n").encode())
+        a.next_id += 1
+        line = a.file.readline()
+        check(len(line) <= 4 << 20 and len(json.loads(line)["data"]) == 2 << 20,
+              f"read_mr of 2^20 bytes: one line within 4 MiB ({len(line)} bytes)")
+        r = a.request("read_mr", lkey=big["lkey"], offset=0, length=(1 << 20) + 1)
+        check(not r["ok"] and "length" in r["error"], "read_mr: more than 2^20 bytes is refused")
+        r = a.request("write_mr", lkey=big["lkey"], offset=0, data="00" * ((1 << 20) + 1))
+        check(not r["ok"] and "at most" in r["error"], "write_mr: more than 2^20 bytes is refused")
+        # driver.md §2: stats without conn, the host-level drops of wire-format §9 by name.
+        host = a.ok("stats")["host"]
+        check(all(isinstance(host.get(k), int) for k in (
+            "truncated", "bad_version", "bad_opcode", "length_mismatch", "bad_range",
+            "bad_syndrome", "unknown_connection")), f"stats: host counters by name: {host}")
+        features = a.ok("hello")["features"]
+        check("host_counters" in features, f"hello: host_counters in features: {features}")
         stats = a.ok("stats", conn=ca)["stats"]
         check(stats["counters"]["messages_completed"] >= 3 and
               stats["counters"].get("bad_token", 0) == 0, "stats: counters by name")

@@ -40,7 +40,10 @@ namespace {
 
 using control::Json;
 
-constexpr size_t kMaxLineBytes = 1 << 20;
+// docs/spec/driver.md §1: a line (request or response) is at most 4 MiB; `read_mr` and
+// `write_mr` move at most 2^20 bytes, 2^21 hex digits, so that their lines fit.
+constexpr size_t kMaxLineBytes = 4 << 20;
+constexpr uint64_t kMaxDataBytes = 1 << 20;
 
 // SIGTERM and SIGINT end the process cleanly: the context goes, and with it the XDP program it
 // attached (a killed AF_XDP IUT would leave it on the interface).
@@ -276,12 +279,16 @@ class Driver {
  public:
   // `attach`: the options `ctx` was attached with (a second session is another protection
   // domain); nullopt for an embedded context.
+  // `datapath`: the embedded context's ports (its XDP steering programs count the drops they
+  // make before the engine sees a datagram); null when attached. Must outlive the driver.
   Driver(std::unique_ptr<api::Context> ctx, std::unique_ptr<api::CompletionQueue> cq,
-         std::string setup_address, std::optional<api::AttachOptions> attach)
+         std::string setup_address, std::optional<api::AttachOptions> attach,
+         const api::Datapath* datapath)
       : ctx_(std::move(ctx)),
         cq_(std::move(cq)),
         setup_address_(std::move(setup_address)),
-        attach_(std::move(attach)) {}
+        attach_(std::move(attach)),
+        datapath_(datapath) {}
 
   // One request: the response object (with "ok"; "id" is added by the caller).
   Json Handle(const Json& request) {
@@ -347,6 +354,14 @@ class Driver {
     if (!ctx_->is_attached()) {
       features.Push(Json("min_timeout_ms"));
       features.Push(Json("rnr_retry"));
+      features.Push(Json("host_counters"));  // `stats` without `conn` (the engine's endpoints)
+      // driver.md §2: the local ACK policy ([R10]), which the set-up does not carry. Through
+      // metaroced its path policy decides it, and this driver does not know it.
+      const core::ConnectionConfig tuning = api::ConnectOptions().tuning;
+      Json& ack = r["ack_policy"] = Json::MakeObject();
+      ack["ack_every"] = tuning.ack_every;
+      ack["delayed_ack_us"] = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(tuning.delayed_ack).count());
     }
     return r;
   }
@@ -514,6 +529,11 @@ class Driver {
 
   absl::StatusOr<Json> WriteMr(const Params& p) {
     MR_ASSIGN(text, p.String("data"));
+    if (text.size() > 2 * kMaxDataBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter data: at most ", kMaxDataBytes, " bytes (", 2 * kMaxDataBytes,
+          " hex digits) per write_mr; write a larger range in parts"));
+    }
     MR_ASSIGN(data, Unhex(text, "data"));
     MR_ASSIGN(range, RangeOf(p, data.size()));
     std::memcpy(range.data(), data.data(), data.size());
@@ -521,7 +541,7 @@ class Driver {
   }
 
   absl::StatusOr<Json> ReadMr(const Params& p) {
-    MR_ASSIGN(length, p.Uint("length", 0, 1u << 20));
+    MR_ASSIGN(length, p.Uint("length", 0, kMaxDataBytes));
     MR_ASSIGN(range, RangeOf(p, length));
     Json r = Json::MakeObject();
     r["data"] = Hex(range);
@@ -621,11 +641,52 @@ class Driver {
   }
 
   absl::StatusOr<Json> Stats(const Params& p) {
+    if (p.Find("conn") == nullptr) return HostStats();
     MR_ASSIGN(conn, ConnOf(p));
     absl::StatusOr<api::ConnectionStats> s = conn->Stats();
     if (!s.ok()) return s.status();
     Json r = Json::MakeObject();
     r["stats"] = api::ConnectionStatsJson(*s);
+    return r;
+  }
+
+  // driver.md §2, `stats` without `conn`: the host-level drops of wire-format §9 (checks 1-9),
+  // summed over the engine's workers, under the spec's names. Over AF_XDP the steering program
+  // makes checks 1 and 2 itself (bpf/xdp_steer.bpf.c: shorter than the base header, version not
+  // 1) and those datagrams never reach the engine: its counters are added.
+  absl::StatusOr<Json> HostStats() {
+    if (ctx_->is_attached()) {
+      return absl::UnimplementedError(
+          "stats without conn: host counters are metaroced's through an attached context "
+          "(mrctl stat show); no host_counters in this driver's features");
+    }
+    static_assert(static_cast<size_t>(wire::ParseError::kCount) == 7,
+                  "a new parse error: name it here as wire-format.md §9 does");
+    constexpr std::pair<wire::ParseError, const char*> kReasons[] = {
+        {wire::ParseError::kTruncated, "truncated"},
+        {wire::ParseError::kBadVersion, "bad_version"},
+        {wire::ParseError::kBadOpcode, "bad_opcode"},
+        {wire::ParseError::kLengthMismatch, "length_mismatch"},
+        {wire::ParseError::kBadRange, "bad_range"},
+        {wire::ParseError::kBadSyndrome, "bad_syndrome"},
+    };
+    std::map<std::string, uint64_t> sum;
+    for (const engine::WorkerStats& w : ctx_->Stats()) {
+      for (const auto& [reason, name] : kReasons) {
+        sum[name] += w.endpoint.malformed_by_reason[static_cast<size_t>(reason)];
+      }
+      sum["unknown_connection"] += w.endpoint.unknown_connection;
+      sum["rx_datagrams"] += w.endpoint.rx_datagrams;
+    }
+    if (datapath_ != nullptr) {
+      for (const auto& [ifname, c] : datapath_->SteeringCounters()) {
+        sum["truncated"] += c.drop_truncated;
+        sum["bad_version"] += c.drop_bad_version;
+      }
+    }
+    Json r = Json::MakeObject();
+    Json& host = r["host"] = Json::MakeObject();
+    for (const auto& [name, n] : sum) host[name] = n;
     return r;
   }
 
@@ -644,6 +705,7 @@ class Driver {
   std::unique_ptr<api::CompletionQueue> cq_;
   std::string setup_address_;
   std::optional<api::AttachOptions> attach_;
+  const api::Datapath* datapath_;
   std::unique_ptr<api::Context> other_;  // attached: the second session (domain "other")
   std::unique_ptr<api::Listener> listener_;
   std::map<uint32_t, std::unique_ptr<api::Connection>> conns_;
@@ -697,7 +759,18 @@ void Serve(Driver& driver, int fd) {
       response = driver.Handle(*request);
       response["id"] = *id->AsUint();
     }
-    if (!WriteAll(fd, response.Dump() + "\n")) return;
+    std::string text = response.Dump();
+    if (text.size() + 1 > kMaxLineBytes) {  // driver.md §1: never a longer line
+      Json e = Json::MakeObject();
+      e["id"] = nullptr;
+      if (id != nullptr && id->AsUint()) e["id"] = *id->AsUint();
+      e["ok"] = false;
+      e["error"] = absl::StrCat("the response would be ", text.size(),
+                                " bytes, over the driver's line limit of ", kMaxLineBytes,
+                                " (driver.md §1): ask for less");
+      text = e.Dump();
+    }
+    if (!WriteAll(fd, text + "\n")) return;
   }
 }
 
@@ -775,7 +848,8 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "mriut: driver: %s\n", std::string(listen.status().message()).c_str());
     return 1;
   }
-  Driver driver(*std::move(ctx), *std::move(cq), setup_address, std::move(attached));
+  const api::Datapath* ports = datapath != nullptr ? datapath.get() : (*ctx)->datapath();
+  Driver driver(*std::move(ctx), *std::move(cq), setup_address, std::move(attached), ports);
   std::printf("mriut: driver on %s:%u, set-ups on %s\n", o->driver_host.c_str(),
               listen->local_port(), setup_address.c_str());
   std::fflush(stdout);

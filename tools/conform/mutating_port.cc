@@ -21,6 +21,7 @@ constexpr uint8_t kOpAck = 0x10, kOpProbe = 0x11, kOpSend = 0x03, kOpSendImm = 0
 constexpr uint16_t kRetransmit = 0x0002, kProbeReply = 0x0020;
 
 const std::pair<Mutation, std::string_view> kNames[] = {
+    {Mutation::kNone, "none"},
     {Mutation::kSackReversed, "sack_reversed"},
     {Mutation::kCumOffByOne, "cum_off_by_one"},
     {Mutation::kNoProbeReplyFlag, "no_probe_reply_flag"},

@@ -22,6 +22,7 @@
 namespace metaroce::conform {
 
 enum class Mutation {
+  kNone,                  // nothing changed: the wrapper itself, which must pass every test
   kSackReversed,          // out: an ACK's SACK bytes in reverse order
   kCumOffByOne,           // out: an ACK's cum_psn one too high
   kNoProbeReplyFlag,      // out: probe replies without PROBE_REPLY
