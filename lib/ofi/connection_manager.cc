@@ -120,7 +120,9 @@ void ConnectionManager::AcceptLoop() {
             absl::StrCat("eager size ", h->eager_size, " against this endpoint's ",
                          hello_.eager_size, ": set FI_METAROCE_EAGER_SIZE alike everywhere"));
       }
-      if (h->target_nonce != EndpointAddress::Decode(hello_.address)->nonce) {
+      // Nonce 0: "whichever endpoint listens here" (an address made of a node and service,
+      // address.h).
+      if (h->target_nonce != 0 && h->target_nonce != EndpointAddress::Decode(hello_.address)->nonce) {
         return absl::FailedPreconditionError(
             "the request names an endpoint that is no longer here (its nonce differs)");
       }
@@ -165,7 +167,9 @@ void ConnectionManager::ConnectLoop() {
     absl::StatusOr<PeerHello> h;
     if (conn.ok()) {
       h = PeerHello::Decode((*conn)->peer_private_data());
-      if (h.ok() && h->address != r.peer) {
+      // A peer named with nonce 0 is whichever endpoint answers; the connection keeps the
+      // name it was asked under (the application's AV entry).
+      if (h.ok() && peer.nonce != 0 && h->address != r.peer) {
         h = absl::FailedPreconditionError("another endpoint answered at that address");
       }
     }
