@@ -120,9 +120,9 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
     info->caps = caps | (info->caps & kSecondaryCaps);
   }
   // The transmit and receive caps: what the endpoint's caps hold of each (no FI_TAGGED unless
-  // the application asked for it).
-  info->tx_attr->caps = info->caps & (kTxCaps | kSecondaryCaps);
-  info->rx_attr->caps = info->caps & (kRxCaps | kSecondaryCaps);
+  // the application asked for it; FI_SOURCE is a receive cap, the COMM ones the domain's).
+  info->tx_attr->caps = info->caps & kTxCaps;
+  info->rx_attr->caps = info->caps & kRxCaps;
   if (hints->addr_format != FI_FORMAT_UNSPEC) {
     return refuse("address formats other than FI_FORMAT_UNSPEC (metaroce's own 60 bytes)");
   }
@@ -167,7 +167,7 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
     }
     if (t->iov_limit > kIovLimit) return refuse("iov_limit above 8");
     if (t->rma_iov_limit > 1) return refuse("rma_iov_limit above 1");
-    if (t->caps != 0) info->tx_attr->caps &= t->caps | kSecondaryCaps;
+    if (t->caps != 0) info->tx_attr->caps &= t->caps;
     info->tx_attr->op_flags = t->op_flags;
     if (t->size > 0 && t->size < info->tx_attr->size) info->tx_attr->size = t->size;
   }
@@ -179,7 +179,7 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
     if (r->comp_order & ~uint64_t{FI_ORDER_NONE}) return refuse("completion ordering");
     if (r->iov_limit > kIovLimit) return refuse("iov_limit above 8");
     if (r->total_buffered_recv > 0) return refuse("total_buffered_recv");
-    if (r->caps != 0) info->rx_attr->caps &= r->caps | kSecondaryCaps;
+    if (r->caps != 0) info->rx_attr->caps &= r->caps | FI_SOURCE;
     info->rx_attr->op_flags = r->op_flags;
     if (r->size > 0 && r->size < info->rx_attr->size) info->rx_attr->size = r->size;
   }

@@ -108,6 +108,24 @@ TEST(FitToHints, RmaWithoutADirectionComesBackAsTheWritesItHas) {
   EXPECT_EQ(info->rx_attr->caps & ~info->caps, 0u);
 }
 
+TEST(FitToHints, TxAndRxCapsHoldOnlyTheirOwnKinds) {
+  // fi_getinfo_test caps1: tx caps may hold only transmit caps (no FI_SOURCE, a receive cap,
+  // nor FI_LOCAL_COMM/FI_REMOTE_COMM, the domain's); rx caps only receive caps.
+  constexpr uint64_t kTxKinds = FI_MSG | FI_RMA | FI_TAGGED | FI_SEND | FI_READ | FI_WRITE;
+  constexpr uint64_t kRxKinds = FI_MSG | FI_RMA | FI_TAGGED | FI_DIRECTED_RECV | FI_RECV |
+                                FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SOURCE;
+  for (uint64_t caps : {uint64_t{0}, uint64_t{FI_MSG}, uint64_t{FI_TAGGED | FI_DIRECTED_RECV},
+                        uint64_t{FI_MSG | FI_RMA | FI_TAGGED}}) {
+    InfoPtr info = Ours();
+    InfoPtr hints = Hints();
+    hints->caps = caps;
+    ASSERT_EQ(FitOf(hints.get(), info.get()).result, 0);
+    EXPECT_EQ(info->tx_attr->caps & ~kTxKinds, 0u) << "hints 0x" << std::hex << caps;
+    EXPECT_EQ(info->rx_attr->caps & ~kRxKinds, 0u) << "hints 0x" << std::hex << caps;
+    EXPECT_EQ(info->rx_attr->caps & ~info->caps, 0u);
+  }
+}
+
 TEST(FitToHints, RmaWithADirectionKeepsIt) {
   InfoPtr info = Ours();
   InfoPtr hints = Hints();
