@@ -162,8 +162,22 @@ void ConnectionManager::ConnectLoop() {
     o.private_data = ours.Encode();
     Result r;
     r.peer = peer.Encode();
+    // A peer that is not listening yet (refused: Unavailable) is asked again until the set-up
+    // timeout: a client commonly starts before its server is up (fabtests starts the client a
+    // second after the server, whose embedded engine may take longer to open; MPI ranks start
+    // in any order), and TCP providers retry the same way.
+    const absl::Time deadline = absl::Now() + options_.timeout;
     absl::StatusOr<std::unique_ptr<api::Connection>> conn =
         context_.Connect(peer.planes[0].ToString(), peer.tcp_port, o);
+    while (!conn.ok() && conn.status().code() == absl::StatusCode::kUnavailable &&
+           absl::Now() + kRefusedRetry < deadline) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (wake_.wait_for(lock, absl::ToChronoMilliseconds(kRefusedRetry), [&] { return stop_; })) {
+        break;
+      }
+      lock.unlock();
+      conn = context_.Connect(peer.planes[0].ToString(), peer.tcp_port, o);
+    }
     absl::StatusOr<PeerHello> h;
     if (conn.ok()) {
       h = PeerHello::Decode((*conn)->peer_private_data());

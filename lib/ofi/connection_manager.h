@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "lib/api/context.h"
 #include "lib/ofi/address.h"
 
@@ -72,6 +73,10 @@ class ConnectionManager {
   uint16_t port() const { return port_; }
 
  private:
+  // Between attempts to reach a peer that refused (not listening yet), within the set-up
+  // timeout.
+  static constexpr absl::Duration kRefusedRetry = absl::Milliseconds(50);
+
   void AcceptLoop();
   void ConnectLoop();
   void Deliver(Result r);

@@ -1128,6 +1128,39 @@ TEST_F(Loopback, SecondDomainOfTheProcessSharesTheEngine) {
   SendAndComplete(a_, a_.peer, Pattern(16, 35), 2);
 }
 
+TEST_F(Loopback, PeerThatStartsListeningAfterTheSendIsReached) {
+  // fabtests starts its client a second after its server; a server whose engine took longer to
+  // open refused the client's set-up, and the send failed at once with FI_EHOSTUNREACH
+  // (fi_bw -U, fi_msg_inject -N in the fabtests run). A refused set-up is tried again until the
+  // set-up timeout.
+  const std::string service = std::to_string(UnusedTcpPort());
+  fi_info* hints = ProviderHints();
+  fi_info* server_info = nullptr;
+  fi_info* client_info = nullptr;
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, service.c_str(), FI_SOURCE, hints,
+                       &server_info), 0);
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", service.c_str(), 0, hints, &client_info),
+            0);
+  fi_freeinfo(hints);
+  fi_addr_t server = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(a_.av, client_info->dest_addr, 1, &server, 0, nullptr), 1);
+  const std::vector<uint8_t> sent = Pattern(24, 36);
+  fi_context sctx{};
+  ASSERT_EQ(fi_send(a_.ep, sent.data(), sent.size(), nullptr, server, &sctx), 0);
+  ExpectNothing(a_.tx);  // refused, and not given up
+  ASSERT_NO_FATAL_FAILURE(Open(c_, server_info));
+  std::vector<uint8_t> got(24, 0);
+  fi_context rctx{};
+  ASSERT_EQ(fi_recv(c_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+  const Completion s = WaitOne(a_.tx);
+  EXPECT_EQ(s.e.err, 0);
+  EXPECT_EQ(s.e.op_context, &sctx);
+  EXPECT_EQ(WaitOne(c_.rx).e.op_context, &rctx);
+  EXPECT_TRUE(got == sent);
+  fi_freeinfo(server_info);
+  fi_freeinfo(client_info);
+}
+
 TEST_F(Loopback, NodeThatDoesNotResolveFindsNothing) {
   // fabtests' negative test, fi_rdm g00n13s.
   fi_info* hints = ProviderHints();
