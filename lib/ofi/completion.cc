@@ -2,6 +2,7 @@
 // counter runs the domain's progress first (FI_PROGRESS_MANUAL).
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -117,8 +118,9 @@ ssize_t SReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src, const void
     }
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return -FI_EAGAIN;
+    // (at most a second at a time: the loop goes on, and no clock arithmetic nears max())
     const Clock::time_point until =
-        auto_progress || deadline - now < nap ? deadline : now + nap;
+        std::min(deadline, now + (auto_progress ? std::chrono::microseconds(1'000'000) : nap));
     const uint64_t delivered = d.delivered;
     ++cq->sleepers;
     cq->wake.wait_until(lock, until, [&] { return cq->signaled || !cq->entries.empty(); });
