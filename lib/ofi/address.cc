@@ -30,8 +30,10 @@ EndpointAddress::Bytes EndpointAddress::Encode() const {
   return b;
 }
 
-absl::StatusOr<EndpointAddress> EndpointAddress::Decode(std::span<const uint8_t> b) {
-  if (b.size() < kAddressBytes) {
+namespace {
+
+absl::StatusOr<EndpointAddress> DecodeAny(std::span<const uint8_t> b, bool source) {
+  if (b.data() == nullptr || b.size() < kAddressBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "metaroce address of ", b.size(), " bytes: an address is ", kAddressBytes));
   }
@@ -55,7 +57,9 @@ absl::StatusOr<EndpointAddress> EndpointAddress::Decode(std::span<const uint8_t>
                                                    " planes: 1 to ", max, " are allowed"));
   }
   a.tcp_port = static_cast<uint16_t>(b[6] << 8 | b[7]);
-  if (a.tcp_port == 0) return absl::InvalidArgumentError("metaroce address with TCP port 0");
+  if (a.tcp_port == 0 && !source) {
+    return absl::InvalidArgumentError("metaroce address with TCP port 0");
+  }
   for (int i = 0; i < 4; ++i) a.nonce = a.nonce << 8 | b[8 + i];
   const size_t width = v6 ? 16 : 4;
   for (size_t i = 0; i < count; ++i) {
@@ -65,6 +69,16 @@ absl::StatusOr<EndpointAddress> EndpointAddress::Decode(std::span<const uint8_t>
     a.planes.push_back(ip);
   }
   return a;
+}
+
+}  // namespace
+
+absl::StatusOr<EndpointAddress> EndpointAddress::Decode(std::span<const uint8_t> b) {
+  return DecodeAny(b, /*source=*/false);
+}
+
+absl::StatusOr<EndpointAddress> EndpointAddress::DecodeSource(std::span<const uint8_t> b) {
+  return DecodeAny(b, /*source=*/true);
 }
 
 std::string EndpointAddress::ToString() const {

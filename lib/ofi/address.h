@@ -12,7 +12,15 @@
 //   6 tcp_port u16 big-endian | 8 nonce u32 big-endian
 //   12 the planes' addresses, 4 bytes each (IPv4: up to 4 planes) or 16 (IPv6: up to 3);
 //   the rest zero.
-// Decode() checks magic, version, count, family and a non-zero port, and names what it refuses.
+// Decode() checks the length, magic, version, count, family and a non-zero port, and names what
+// it refuses; it reads only the bytes of the span it is given (an application's address may be
+// short or malformed: refused, never read past).
+// Nonce 0 is never an open endpoint's (Endpoint::Enable draws a non-zero one): it names "the
+// endpoint that listens at planes[0]:tcp_port, whichever it is", the address fi_getinfo makes of
+// an application's node and service (docs/ofi.md, "Addressing"). A connection to it takes the
+// endpoint that answers; the acceptor takes a request naming nonce 0.
+// DecodeSource() reads a source address (fi_info's src_addr, FI_SOURCE): the same, except that
+// tcp_port 0 (any port: the listener takes one) is allowed.
 // Text form (fi_av_straddr): metaroce://ADDR[,ADDR...]:PORT/NONCE (nonce in hex).
 //
 // Pure functions; safe from any thread.
@@ -43,6 +51,7 @@ struct EndpointAddress {
   // of one family (Endpoint::Enable keeps the first planes that fit).
   Bytes Encode() const;
   static absl::StatusOr<EndpointAddress> Decode(std::span<const uint8_t> bytes);
+  static absl::StatusOr<EndpointAddress> DecodeSource(std::span<const uint8_t> bytes);
   std::string ToString() const;
   friend bool operator==(const EndpointAddress&, const EndpointAddress&) = default;
 };

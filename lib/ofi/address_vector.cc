@@ -1,6 +1,9 @@
 // Address vectors: libfabric's entry points. An fi_addr is the index of the address in the
 // vector, for FI_AV_TABLE and FI_AV_MAP alike. A malformed address is not inserted: its fi_addr
-// is FI_ADDR_NOTAVAIL (and, with FI_SYNC_ERR, its error in the context's int array).
+// is FI_ADDR_NOTAVAIL (and, with FI_SYNC_ERR, its error in the context's int array). No address
+// at all (a null buffer, as an fi_info without a destination carries) is -FI_EINVAL, as is a
+// null buffer to fi_av_straddr or fi_av_lookup: every address an application hands the provider
+// is checked (EndpointAddress::Decode) before it is read as one.
 #include <cstring>
 
 #include "lib/ofi/entry_points.h"
@@ -20,6 +23,8 @@ int Insert(fid_av* f, const void* addr, size_t count, fi_addr_t* fi_addr, uint64
            void* context) {
   auto* av = FromFid<Av>(f);
   if ((flags & ~uint64_t{FI_SYNC_ERR | FI_MORE}) != 0) return -FI_EBADFLAGS;
+  if (count == 0) return 0;
+  if (addr == nullptr) return -FI_EINVAL;
   std::lock_guard<std::mutex> lock(av->domain->mu);
   int inserted = 0;
   const auto* bytes = static_cast<const uint8_t*>(addr);
@@ -48,6 +53,7 @@ int Insert(fid_av* f, const void* addr, size_t count, fi_addr_t* fi_addr, uint64
 
 int Remove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t) {
   auto* av = FromFid<Av>(f);
+  if (count > 0 && fi_addr == nullptr) return -FI_EINVAL;
   std::lock_guard<std::mutex> lock(av->domain->mu);
   for (size_t i = 0; i < count; ++i) {
     const fi_addr_t a = fi_addr[i];
@@ -64,6 +70,7 @@ int Remove(fid_av* f, fi_addr_t* fi_addr, size_t count, uint64_t) {
 
 int Lookup(fid_av* f, fi_addr_t fi_addr, void* addr, size_t* addrlen) {
   auto* av = FromFid<Av>(f);
+  if (addrlen == nullptr || (addr == nullptr && *addrlen > 0)) return -FI_EINVAL;
   std::lock_guard<std::mutex> lock(av->domain->mu);
   if (fi_addr >= av->entries.size() || !av->valid[fi_addr]) return -FI_ENOENT;
   const size_t room = *addrlen;
@@ -73,10 +80,13 @@ int Lookup(fid_av* f, fi_addr_t fi_addr, void* addr, size_t* addrlen) {
 }
 
 const char* StrAddr(fid_av*, const void* addr, char* buf, size_t* len) {
+  if (len == nullptr) return nullptr;
   absl::StatusOr<EndpointAddress> a =
-      EndpointAddress::Decode({static_cast<const uint8_t*>(addr), kAddressBytes});
+      addr == nullptr
+          ? absl::StatusOr<EndpointAddress>(absl::InvalidArgumentError("no address"))
+          : EndpointAddress::Decode({static_cast<const uint8_t*>(addr), kAddressBytes});
   const std::string s = a.ok() ? a->ToString() : "metaroce://(invalid)";
-  if (*len > 0) {
+  if (buf != nullptr && *len > 0) {
     const size_t n = std::min(*len - 1, s.size());
     std::memcpy(buf, s.data(), n);
     buf[n] = '\0';

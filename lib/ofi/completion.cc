@@ -2,8 +2,10 @@
 // counter runs the domain's progress first (FI_PROGRESS_MANUAL).
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "lib/core/types.h"
 #include "lib/ofi/entry_points.h"
@@ -41,9 +43,8 @@ size_t Store(fi_cq_format format, const CqEntry& e, void* out) {
   }
 }
 
-ssize_t ReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src) {
-  auto* cq = FromFid<Cq>(f);
-  std::lock_guard<std::mutex> lock(cq->domain->mu);
+// fi_cq_readfrom under the domain's lock (held by the caller).
+ssize_t ReadLocked(Cq* cq, void* buf, size_t count, fi_addr_t* src) {
   if (cq->entries.empty()) cq->domain->Progress();
   if (cq->entries.empty()) return -FI_EAGAIN;
   if (cq->entries.front().err != 0) return -FI_EAVAIL;
@@ -57,6 +58,12 @@ ssize_t ReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src) {
     ++n;
   }
   return static_cast<ssize_t>(n);
+}
+
+ssize_t ReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src) {
+  auto* cq = FromFid<Cq>(f);
+  std::lock_guard<std::mutex> lock(cq->domain->mu);
+  return ReadLocked(cq, buf, count, src);
 }
 
 ssize_t Read(fid_cq* f, void* buf, size_t count) { return ReadFrom(f, buf, count, nullptr); }
@@ -81,14 +88,44 @@ ssize_t ReadErr(fid_cq* f, fi_cq_err_entry* buf, uint64_t) {
   return 1;
 }
 
+// fi_cq_sread (fi_cq(3)): returns an entry, -FI_EAVAIL, or -FI_EAGAIN when the timeout passes
+// (a negative timeout: none) or fi_cq_signal was called. Between attempts the thread sleeps on
+// the CQ (Cq::wake), which an entry pushed by another thread or fi_cq_signal wakes at once.
+// FI_PROGRESS_AUTO: the domain's progress thread makes the entries, so the sleep lasts until
+// one comes. Manual progress: nothing progresses but the application's calls (and, inline, the
+// watchdog), so the sleep is cut short to progress again: after kFirstNap, doubling to kLongestNap
+// while nothing comes (a peer's message is found within ~1 ms of arriving, and an idle wait
+// costs a wake-up a millisecond, not a CPU).
+constexpr auto kFirstNap = std::chrono::microseconds(20);
+constexpr auto kLongestNap = std::chrono::microseconds(1000);
+
 ssize_t SReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src, const void*,
                   int timeout_ms) {
-  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto* cq = FromFid<Cq>(f);
+  Domain& d = *cq->domain;
+  const bool auto_progress = d.info().domain_attr->data_progress == FI_PROGRESS_AUTO;
+  const Clock::time_point deadline =
+      timeout_ms >= 0 ? Clock::now() + std::chrono::milliseconds(timeout_ms)
+                      : Clock::time_point::max();
+  std::chrono::microseconds nap = kFirstNap;
+  std::unique_lock<std::mutex> lock(d.mu);
   for (;;) {
-    const ssize_t n = ReadFrom(f, buf, count, src);
+    const ssize_t n = ReadLocked(cq, buf, count, src);
     if (n != -FI_EAGAIN) return n;
-    if (timeout_ms >= 0 && Clock::now() >= deadline) return -FI_EAGAIN;
-    sched_yield();
+    if (cq->signaled) {
+      cq->signaled = false;
+      return -FI_EAGAIN;
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return -FI_EAGAIN;
+    // (at most a second at a time: the loop goes on, and no clock arithmetic nears max())
+    const Clock::time_point until =
+        std::min(deadline, now + (auto_progress ? std::chrono::microseconds(1'000'000) : nap));
+    const uint64_t delivered = d.delivered;
+    ++cq->sleepers;
+    cq->wake.wait_until(lock, until, [&] { return cq->signaled || !cq->entries.empty(); });
+    --cq->sleepers;
+    nap = d.delivered != delivered ? kFirstNap : std::min(nap * 2, kLongestNap);
   }
 }
 
@@ -96,7 +133,15 @@ ssize_t SRead(fid_cq* f, void* buf, size_t count, const void* cond, int timeout_
   return SReadFrom(f, buf, count, nullptr, cond, timeout_ms);
 }
 
-int Signal(fid_cq*) { return 0; }
+// fi_cq_signal: wakes a thread in fi_cq_sread, or, if none waits, makes the next one return
+// -FI_EAGAIN at once (fabtests' cq_signal signals first, then reads).
+int Signal(fid_cq* f) {
+  auto* cq = FromFid<Cq>(f);
+  std::lock_guard<std::mutex> lock(cq->domain->mu);
+  cq->signaled = true;
+  cq->wake.notify_all();
+  return 0;
+}
 
 const char* CqStrError(fid_cq*, int prov_errno, const void*, char* buf, size_t len) {
   const std::string_view s = core::StatusStr(static_cast<core::WcStatus>(prov_errno));
@@ -192,10 +237,8 @@ fi_ops_cntr kCntrOps = {sizeof(fi_ops_cntr), CntrRead,   CntrReadErr, CntrAdd,
 ssize_t EqRead(fid_eq*, uint32_t*, void*, size_t, uint64_t) { return -FI_EAGAIN; }
 ssize_t EqReadErr(fid_eq*, fi_eq_err_entry*, uint64_t) { return -FI_EAGAIN; }
 ssize_t EqSRead(fid_eq*, uint32_t*, void*, size_t, int timeout_ms, uint64_t) {
-  if (timeout_ms > 0) {
-    const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (Clock::now() < deadline) sched_yield();
-  }
+  // Nothing ever comes: sleep the timeout through rather than spin.
+  if (timeout_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
   return -FI_EAGAIN;
 }
 const char* EqStrError(fid_eq*, int, const void*, char* buf, size_t len) {

@@ -120,7 +120,9 @@ void ConnectionManager::AcceptLoop() {
             absl::StrCat("eager size ", h->eager_size, " against this endpoint's ",
                          hello_.eager_size, ": set FI_METAROCE_EAGER_SIZE alike everywhere"));
       }
-      if (h->target_nonce != EndpointAddress::Decode(hello_.address)->nonce) {
+      // Nonce 0: "whichever endpoint listens here" (an address made of a node and service,
+      // address.h).
+      if (h->target_nonce != 0 && h->target_nonce != EndpointAddress::Decode(hello_.address)->nonce) {
         return absl::FailedPreconditionError(
             "the request names an endpoint that is no longer here (its nonce differs)");
       }
@@ -160,12 +162,28 @@ void ConnectionManager::ConnectLoop() {
     o.private_data = ours.Encode();
     Result r;
     r.peer = peer.Encode();
+    // A peer that is not listening yet (refused: Unavailable) is asked again until the set-up
+    // timeout: a client commonly starts before its server is up (fabtests starts the client a
+    // second after the server, whose embedded engine may take longer to open; MPI ranks start
+    // in any order), and TCP providers retry the same way.
+    const absl::Time deadline = absl::Now() + options_.timeout;
     absl::StatusOr<std::unique_ptr<api::Connection>> conn =
         context_.Connect(peer.planes[0].ToString(), peer.tcp_port, o);
+    while (!conn.ok() && conn.status().code() == absl::StatusCode::kUnavailable &&
+           absl::Now() + kRefusedRetry < deadline) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (wake_.wait_for(lock, absl::ToChronoMilliseconds(kRefusedRetry), [&] { return stop_; })) {
+        break;
+      }
+      lock.unlock();
+      conn = context_.Connect(peer.planes[0].ToString(), peer.tcp_port, o);
+    }
     absl::StatusOr<PeerHello> h;
     if (conn.ok()) {
       h = PeerHello::Decode((*conn)->peer_private_data());
-      if (h.ok() && h->address != r.peer) {
+      // A peer named with nonce 0 is whichever endpoint answers; the connection keeps the
+      // name it was asked under (the application's AV entry).
+      if (h.ok() && peer.nonce != 0 && h->address != r.peer) {
         h = absl::FailedPreconditionError("another endpoint answered at that address");
       }
     }

@@ -4,7 +4,8 @@
 // each other first would each wait for the other's accept).
 //
 // Two threads: the acceptor waits on the endpoint's listener and accepts every request naming
-// this endpoint (its nonce) and speaking this provider's protocol; the connector runs the
+// this endpoint (its nonce, or nonce 0: whichever endpoint listens here, address.h) and
+// speaking this provider's protocol; the connector runs the
 // requests of Connect() one after another. Both put what they made, or why they failed, into
 // one queue the endpoint takes from (TakeResults) during its progress, under its own lock. The
 // threads call only the context's control methods, which are safe beside the application's
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "lib/api/context.h"
 #include "lib/ofi/address.h"
 
@@ -71,6 +73,10 @@ class ConnectionManager {
   uint16_t port() const { return port_; }
 
  private:
+  // Between attempts to reach a peer that refused (not listening yet), within the set-up
+  // timeout.
+  static constexpr absl::Duration kRefusedRetry = absl::Milliseconds(50);
+
   void AcceptLoop();
   void ConnectLoop();
   void Deliver(Result r);

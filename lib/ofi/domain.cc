@@ -67,16 +67,33 @@ absl::StatusOr<std::unique_ptr<api::Context>> OpenContext(const Settings& s) {
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<SharedEngine>> SharedEngine::For(const Settings& s) {
+  // What makes two engines the same (OpenContext reads these).
+  const std::string key = absl::StrCat(
+      static_cast<int>(s.mode), "|", s.socket_path, "|", absl::StrJoin(s.interfaces, ","), "|",
+      s.port_kind_set ? (s.udp_port_kind ? "udp" : "af_xdp") : "default", "|", s.engine_threads);
+  static std::mutex registry_mu;
+  static auto* registry = new absl::flat_hash_map<std::string, std::weak_ptr<SharedEngine>>();
+  std::lock_guard<std::mutex> lock(registry_mu);
+  std::weak_ptr<SharedEngine>& slot = (*registry)[key];
+  if (std::shared_ptr<SharedEngine> open = slot.lock()) return open;
+  absl::StatusOr<std::unique_ptr<api::Context>> ctx = OpenContext(s);
+  if (!ctx.ok()) return ctx.status();
+  auto engine = std::make_shared<SharedEngine>();
+  engine->context = std::move(*ctx);
+  slot = engine;
+  return engine;
+}
+
 absl::StatusOr<std::unique_ptr<Domain>> Domain::Open(Fabric& fabric, const fi_info& info) {
-  std::unique_ptr<Domain> d(new Domain());
+  absl::StatusOr<std::shared_ptr<SharedEngine>> engine = SharedEngine::For(fabric.settings);
+  if (!engine.ok()) return engine.status();
+  std::unique_ptr<Domain> d(new Domain(std::move(*engine)));
   std::memset(&d->fid, 0, sizeof(d->fid));
   d->settings_ = fabric.settings;
   d->api_version_ = fabric.api_version;
   d->info_ = fi_dupinfo(&info);
   if (d->info_ == nullptr) return absl::ResourceExhaustedError("fi_dupinfo");
-  absl::StatusOr<std::unique_ptr<api::Context>> ctx = OpenContext(d->settings_);
-  if (!ctx.ok()) return ctx.status();
-  d->context_ = std::move(*ctx);
   absl::StatusOr<std::unique_ptr<api::CompletionQueue>> scq =
       d->context_->CreateCompletionQueue(4096);
   if (!scq.ok()) return scq.status();
@@ -108,7 +125,8 @@ Domain::~Domain() {
   }
   send_cq_.reset();
   recv_cq_.reset();
-  context_.reset();
+  context_ = nullptr;
+  engine_.reset();  // the last domain of the engine closes it
   if (info_ != nullptr) fi_freeinfo(info_);
 }
 
@@ -207,10 +225,7 @@ Mr* Domain::FindMr(uint64_t key) {
 }
 
 absl::Status Domain::AddMr(Mr* mr, uint64_t requested_key) {
-  const uint64_t mode = mr_mode();
-  const bool prov_key = FI_VERSION_GE(api_version_, FI_VERSION(1, 5))
-                            ? (mode & FI_MR_PROV_KEY) != 0
-                            : mode == FI_MR_BASIC;
+  const bool prov_key = (mr_mode() & FI_MR_PROV_KEY) != 0;
   uint64_t key = requested_key;
   if (prov_key) {
     while (mrs_.contains(next_key_)) ++next_key_;
@@ -288,10 +303,7 @@ int RegisterIov(fid* f, const iovec* iov, size_t count, uint64_t access, uint64_
   mr->base = static_cast<std::byte*>(iov[0].iov_base);
   mr->length = iov[0].iov_len;
   mr->access = access;
-  const uint64_t mode = d->mr_mode();
-  const bool virt = FI_VERSION_GE(d->api_version(), FI_VERSION(1, 5))
-                        ? (mode & FI_MR_VIRT_ADDR) != 0
-                        : mode == FI_MR_BASIC;
+  const bool virt = (d->mr_mode() & FI_MR_VIRT_ADDR) != 0;
   mr->address_base = virt ? reinterpret_cast<uint64_t>(mr->base) : offset;
   {
     std::lock_guard<std::mutex> lock(d->mu);

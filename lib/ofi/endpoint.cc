@@ -69,6 +69,9 @@ struct Endpoint::RxOp {
   IoList dst;
   bool tagged = false;
   bool report = true;
+  // FI_DISCARD: the message is taken and its bytes dropped (a rendezvous one is still fetched,
+  // so that its sender completes); no completion or count: the peek or claim reported it.
+  bool discard = false;
 };
 
 struct Endpoint::Arrival {
@@ -180,6 +183,12 @@ Endpoint::Endpoint(Domain& domain, const fi_info& info, void* context)
   tx_op_flags_ = info.tx_attr != nullptr ? info.tx_attr->op_flags : 0;
   rx_op_flags_ = info.rx_attr != nullptr ? info.rx_attr->op_flags : 0;
   // Without FI_DIRECTED_RECV a receive's source address is ignored (fi_msg(3)).
+  // FI_SOURCE (fi_getinfo's service, or the application's src_addr): the port to listen on.
+  if (info.src_addr != nullptr) {
+    absl::StatusOr<EndpointAddress> src = EndpointAddress::DecodeSource(
+        {static_cast<const uint8_t*>(info.src_addr), info.src_addrlen});
+    if (src.ok()) source_port_ = src->tcp_port;
+  }
   directed_recv_ = (info.caps & FI_DIRECTED_RECV) != 0 &&
                    (info.rx_attr == nullptr || info.rx_attr->caps == 0 ||
                     (info.rx_attr->caps & FI_DIRECTED_RECV) != 0);
@@ -285,9 +294,6 @@ int Endpoint::Enable() {
   if (rx_cq_ == nullptr && recv_cntr_ == nullptr) return -FI_ENOCQ;
   api::Context& ctx = domain_.context();
   const Settings& s = domain_.settings();
-  // The listener on every address: the peer connects to our plane-0 address.
-  absl::StatusOr<std::unique_ptr<api::Listener>> listener = ctx.Listen(0, "0.0.0.0");
-  if (!listener.ok()) return -FI_EADDRNOTAVAIL;
   address_.planes.clear();
   for (const api::PlaneOptions& p : ctx.options().planes) {
     absl::StatusOr<io::IpAddress> ip = io::IpAddress::Parse(p.local_ip);
@@ -295,6 +301,18 @@ int Endpoint::Enable() {
     if (!address_.planes.empty() && ip->v6 != address_.planes[0].v6) break;
     if (address_.planes.size() == (ip->v6 ? kMaxAddressPlanesV6 : kMaxAddressPlanes)) break;
     address_.planes.push_back(*ip);
+  }
+  if (address_.planes.empty()) return -FI_EADDRNOTAVAIL;
+  // The listener on every address of the planes' family (the peer connects to our plane-0
+  // address): "::" on an IPv6 fabric, dual-stack (IPV6_V6ONLY is off by default), so that IPv4
+  // peers reach it too; "0.0.0.0" on an IPv4 one (a host may have IPv6 off). On the port
+  // FI_SOURCE named, else one the kernel picks.
+  const char* wildcard = address_.planes[0].v6 ? "::" : "0.0.0.0";
+  absl::StatusOr<std::unique_ptr<api::Listener>> listener = ctx.Listen(source_port_, wildcard);
+  if (!listener.ok()) {
+    Warn(absl::StrCat("endpoint listener on ", wildcard, " port ", source_port_, ": ",
+                      listener.status().message()));
+    return -FI_EADDRNOTAVAIL;
   }
   address_.tcp_port = (*listener)->port();
   uint32_t nonce = 0;
@@ -633,9 +651,13 @@ ssize_t Endpoint::CheckTransmit(const IoList& data, void** desc, fi_addr_t dest,
   return 0;
 }
 
-void Endpoint::Launch(Peer& peer, TxOp* op, const IoList& data, uint64_t flags) {
+void Endpoint::Launch(Peer& peer, TxOp* op, const IoList& data, uint64_t flags,
+                      Report report) {
   op->src = data;
-  op->report = !(flags & FI_INJECT) && (!selective_tx_ || (flags & FI_COMPLETION));
+  // fi_msg(3), fi_cq(3): FI_INJECT as an operation's flag frees the buffer on return and still
+  // completes; only the fi_inject calls complete silently, and, with FI_SELECTIVE_COMPLETION,
+  // a transmit without FI_COMPLETION.
+  op->report = report == Report::kByFlags && (!selective_tx_ || (flags & FI_COMPLETION));
   op->has_data = (flags & FI_REMOTE_CQ_DATA) != 0;
   if (flags & FI_INJECT) {
     op->copy.resize(data.length);
@@ -653,7 +675,8 @@ void Endpoint::Launch(Peer& peer, TxOp* op, const IoList& data, uint64_t flags) 
 }
 
 ssize_t Endpoint::Send(const IoList& data, void** desc, fi_addr_t dest, void* context,
-                       uint64_t flags, bool tagged, uint64_t tag, uint64_t cq_data) {
+                       uint64_t flags, bool tagged, uint64_t tag, uint64_t cq_data,
+                       Report report) {
   Peer* peer = nullptr;
   if (const ssize_t r = CheckTransmit(data, desc, dest, flags, &peer); r != 0) return r;
   auto* op = new TxOp;
@@ -663,12 +686,13 @@ ssize_t Endpoint::Send(const IoList& data, void** desc, fi_addr_t dest, void* co
   op->tagged = tagged;
   op->tag = tag;
   op->data = cq_data;
-  Launch(*peer, op, data, flags);
+  Launch(*peer, op, data, flags, report);
   return 0;
 }
 
 ssize_t Endpoint::Write(const IoList& data, void** desc, fi_addr_t dest, uint64_t addr,
-                        uint64_t key, void* context, uint64_t flags, uint64_t cq_data) {
+                        uint64_t key, void* context, uint64_t flags, uint64_t cq_data,
+                        Report report) {
   Peer* peer = nullptr;
   if (const ssize_t r = CheckTransmit(data, desc, dest, flags, &peer); r != 0) return r;
   auto* op = new TxOp;
@@ -678,7 +702,7 @@ ssize_t Endpoint::Write(const IoList& data, void** desc, fi_addr_t dest, uint64_
   op->data = cq_data;
   op->rma_addr = addr;
   op->rma_key = key;
-  Launch(*peer, op, data, flags);
+  Launch(*peer, op, data, flags, report);
   return 0;
 }
 
@@ -795,6 +819,12 @@ ssize_t Endpoint::Recv(const IoList& buf, void** desc, fi_addr_t src, void* cont
     tag = 0;
     ignore = ~uint64_t{0};
   }
+  if (flags & FI_PEEK) {
+    // A probe progresses first: an application that peeks until a message comes may make no
+    // other call that would (its CQ holds the last miss's entry, and fi_cq_read progresses only
+    // when its CQ is empty), and the peer's messages must still land and take their slots.
+    domain_.Progress();
+  }
   ResolveUnknownSources();
   PostedReceive pr{tag, ignore, source, nullptr};
 
@@ -819,7 +849,7 @@ ssize_t Endpoint::Recv(const IoList& buf, void** desc, fi_addr_t src, void* cont
       return 0;
     }
     auto* a = static_cast<Arrival*>(m->handle);
-    if (flags & FI_CLAIM) {
+    if ((flags & FI_CLAIM) && !(flags & FI_DISCARD)) {
       a->claimed_by = context;
       if (context != nullptr) static_cast<fi_context*>(context)->internal[0] = a;
     }
@@ -829,6 +859,11 @@ ssize_t Endpoint::Recv(const IoList& buf, void** desc, fi_addr_t src, void* cont
     if (a->has_data) e.flags |= FI_REMOTE_CQ_DATA;
     e.source = a->src_addr;
     rx_cq_->Push(e);
+    if (flags & FI_DISCARD) {
+      // fi_tagged(3): a peek that finds a message with FI_DISCARD discards it.
+      q.RemoveUnexpected(a);
+      Discard(a);
+    }
     return 0;
   }
 
@@ -848,7 +883,7 @@ ssize_t Endpoint::Recv(const IoList& buf, void** desc, fi_addr_t src, void* cont
     if (flags & FI_DISCARD) {
       rx->dst = IoList{};
       CompleteRx(rx.get(), *a, 0, 0);
-      delete a;
+      Discard(a);
       return 0;
     }
     Deliver(a, rx.release());
@@ -1073,6 +1108,19 @@ void Endpoint::DeliverEager(const Arrival& a, std::span<const std::byte> bytes, 
   const size_t n = rx->dst.CopyIn(0, bytes.data(), bytes.size());
   CompleteRx(rx, a, n, n < bytes.size() ? FI_ETRUNC : 0);
   delete rx;
+}
+
+void Endpoint::Discard(Arrival* a) {
+  if (!a->rendezvous) {
+    delete a;
+    return;
+  }
+  // Its sender waits for the bytes to be fetched: fetch them into nothing.
+  auto rx = std::make_unique<RxOp>();
+  rx->tagged = a->tagged;
+  rx->report = false;
+  rx->discard = true;
+  Deliver(a, rx.release());
 }
 
 void Endpoint::Deliver(Arrival* a, RxOp* rx) {
@@ -1358,6 +1406,7 @@ void Endpoint::CompleteTx(TxOp* op, int err, core::WcStatus status) {
 }
 
 void Endpoint::CompleteRx(RxOp* rx, const Arrival& a, size_t len, int err) {
+  if (rx->discard) return;
   if (err != 0 && err != FI_ETRUNC) {
     if (recv_cntr_ != nullptr) ++recv_cntr_->errors;
   } else if (err == 0 && recv_cntr_ != nullptr) {

@@ -72,13 +72,22 @@ class Endpoint {
   int Enable();
   int GetName(void* addr, size_t* addrlen);
 
-  // The data operations. `op_flags`: FI_COMPLETION, FI_INJECT, FI_REMOTE_CQ_DATA, ...
+  // Whether a transmit gives a completion entry. kByFlags (fi_send, fi_sendmsg, fi_write, ...):
+  // yes, unless the transmit CQ was bound with FI_SELECTIVE_COMPLETION and `flags` lack
+  // FI_COMPLETION; FI_INJECT among the flags only says the buffer is free on return (fi_msg(3):
+  // it does not suppress the completion). kNever: the fi_inject family (fi_inject, fi_tinject,
+  // fi_injectdata, fi_inject_write, ...), which generate none (fi_msg(3), fi_rma(3)). Counters
+  // count either way.
+  enum class Report : uint8_t { kByFlags, kNever };
+
+  // The data operations. `flags`: FI_COMPLETION, FI_INJECT, FI_REMOTE_CQ_DATA, ...
   ssize_t Send(const IoList& data, void** desc, fi_addr_t dest, void* context, uint64_t flags,
-               bool tagged, uint64_t tag, uint64_t cq_data);
+               bool tagged, uint64_t tag, uint64_t cq_data, Report report = Report::kByFlags);
   ssize_t Recv(const IoList& buf, void** desc, fi_addr_t src, void* context, uint64_t flags,
                bool tagged, uint64_t tag, uint64_t ignore);
   ssize_t Write(const IoList& data, void** desc, fi_addr_t dest, uint64_t addr, uint64_t key,
-                void* context, uint64_t flags, uint64_t cq_data);
+                void* context, uint64_t flags, uint64_t cq_data,
+                Report report = Report::kByFlags);
   ssize_t Cancel(void* context);
 
   // Progress (Domain::Progress): the connection manager's results, then the completions of this
@@ -112,7 +121,7 @@ class Endpoint {
                         Peer** peer);
   // Takes `op` to its peer (its bytes copied first for FI_INJECT): delivered here when the peer
   // is this endpoint, queued while the peer's connection is being made, or started.
-  void Launch(Peer& peer, TxOp* op, const IoList& data, uint64_t flags);
+  void Launch(Peer& peer, TxOp* op, const IoList& data, uint64_t flags, Report report);
   void AttachLink(ConnectionManager::Result r);
   // The peer's connection could not be made: logs why, and its waiting operations complete with
   // FI_EHOSTUNREACH (prov_errno RETRY_EXC_ERR).
@@ -136,6 +145,9 @@ class Endpoint {
   void OnMessage(Link& link, const MessageHeader& h, std::span<const std::byte> payload);
   // A matched message to its receive (frees both); an eager one's bytes copied in.
   void Deliver(Arrival* a, RxOp* rx);
+  // FI_DISCARD of a message taken from the unexpected queue (frees it): an eager one's bytes
+  // are dropped; a rendezvous one is fetched into nothing, so that its sender completes.
+  void Discard(Arrival* a);
   void DeliverEager(const Arrival& a, std::span<const std::byte> bytes, RxOp* rx);
   // Unexpected messages that came before their sender was in the address vector get their
   // source now (once per change of the address vector).
@@ -175,6 +187,7 @@ class Endpoint {
   Cntr* recv_cntr_ = nullptr;
   Cntr* write_cntr_ = nullptr;
   Cntr* remote_write_cntr_ = nullptr;
+  uint16_t source_port_ = 0;  // the listener's port FI_SOURCE named (0: any)
   EndpointAddress address_;
   EndpointAddress::Bytes address_bytes_{};
   std::unique_ptr<ConnectionManager> manager_;

@@ -92,11 +92,14 @@ fi_ops_cm kCmOps = {sizeof(fi_ops_cm),
 
 // ---- Messages ----
 
+using Report = Endpoint::Report;
+
 ssize_t DoSend(fid_ep* f, const IoList& data, void** desc, fi_addr_t dest, void* context,
-               uint64_t flags, bool tagged, uint64_t tag, uint64_t cq_data) {
+               uint64_t flags, bool tagged, uint64_t tag, uint64_t cq_data,
+               Report report = Report::kByFlags) {
   Endpoint* ep = Ep(f);
   std::lock_guard<std::mutex> lock(ep->domain().mu);
-  const ssize_t r = ep->Send(data, desc, dest, context, flags, tagged, tag, cq_data);
+  const ssize_t r = ep->Send(data, desc, dest, context, flags, tagged, tag, cq_data, report);
   if (r == 0) Kick(ep);
   return r;
 }
@@ -136,7 +139,8 @@ ssize_t SendMsg(fid_ep* f, const fi_msg* m, uint64_t flags) {
                 false, 0, m->data);
 }
 ssize_t Inject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest) {
-  return DoSend(f, IoList::Of(buf, len), nullptr, dest, nullptr, FI_INJECT, false, 0, 0);
+  return DoSend(f, IoList::Of(buf, len), nullptr, dest, nullptr, FI_INJECT, false, 0, 0,
+                Report::kNever);
 }
 ssize_t SendData(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
                  fi_addr_t dest, void* context) {
@@ -145,7 +149,7 @@ ssize_t SendData(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t da
 }
 ssize_t InjectData(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest) {
   return DoSend(f, IoList::Of(buf, len), nullptr, dest, nullptr, FI_INJECT | FI_REMOTE_CQ_DATA,
-                false, 0, data);
+                false, 0, data, Report::kNever);
 }
 
 fi_ops_msg kMsgOps = {sizeof(fi_ops_msg), Recv,   RecvV,    RecvMsg,   Send,
@@ -182,7 +186,8 @@ ssize_t TSendMsg(fid_ep* f, const fi_msg_tagged* m, uint64_t flags) {
                 true, m->tag, m->data);
 }
 ssize_t TInject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
-  return DoSend(f, IoList::Of(buf, len), nullptr, dest, nullptr, FI_INJECT, true, tag, 0);
+  return DoSend(f, IoList::Of(buf, len), nullptr, dest, nullptr, FI_INJECT, true, tag, 0,
+                Report::kNever);
 }
 ssize_t TSendData(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
                   fi_addr_t dest, uint64_t tag, void* context) {
@@ -192,7 +197,7 @@ ssize_t TSendData(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t d
 ssize_t TInjectData(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
                     uint64_t tag) {
   return DoSend(f, IoList::Of(buf, len), nullptr, dest, nullptr, FI_INJECT | FI_REMOTE_CQ_DATA,
-                true, tag, data);
+                true, tag, data, Report::kNever);
 }
 
 fi_ops_tagged kTaggedOps = {sizeof(fi_ops_tagged), TRecv,   TRecvV,   TRecvMsg,
@@ -202,10 +207,11 @@ fi_ops_tagged kTaggedOps = {sizeof(fi_ops_tagged), TRecv,   TRecvV,   TRecvMsg,
 // ---- RMA: writes (MetaRoCE has no RDMA Read) ----
 
 ssize_t DoWrite(fid_ep* f, const IoList& data, void** desc, fi_addr_t dest, uint64_t addr,
-                uint64_t key, void* context, uint64_t flags, uint64_t cq_data) {
+                uint64_t key, void* context, uint64_t flags, uint64_t cq_data,
+                Report report = Report::kByFlags) {
   Endpoint* ep = Ep(f);
   std::lock_guard<std::mutex> lock(ep->domain().mu);
-  const ssize_t r = ep->Write(data, desc, dest, addr, key, context, flags, cq_data);
+  const ssize_t r = ep->Write(data, desc, dest, addr, key, context, flags, cq_data, report);
   if (r == 0) Kick(ep);
   return r;
 }
@@ -227,7 +233,8 @@ ssize_t WriteMsg(fid_ep* f, const fi_msg_rma* m, uint64_t flags) {
 }
 ssize_t WriteInject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t addr,
                     uint64_t key) {
-  return DoWrite(f, IoList::Of(buf, len), nullptr, dest, addr, key, nullptr, FI_INJECT, 0);
+  return DoWrite(f, IoList::Of(buf, len), nullptr, dest, addr, key, nullptr, FI_INJECT, 0,
+                 Report::kNever);
 }
 ssize_t WriteData(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
                   fi_addr_t dest, uint64_t addr, uint64_t key, void* context) {
@@ -237,7 +244,7 @@ ssize_t WriteData(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t d
 ssize_t WriteInjectData(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
                         uint64_t addr, uint64_t key) {
   return DoWrite(f, IoList::Of(buf, len), nullptr, dest, addr, key, nullptr,
-                 FI_INJECT | FI_REMOTE_CQ_DATA, data);
+                 FI_INJECT | FI_REMOTE_CQ_DATA, data, Report::kNever);
 }
 
 fi_ops_rma kRmaOps = {sizeof(fi_ops_rma),

@@ -4,9 +4,17 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_tagged.h>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <span>
+#include <string_view>
+#include <tuple>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lib/ofi/address.h"
 
@@ -97,7 +105,24 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
   if ((hints->caps & (FI_READ | FI_REMOTE_READ | FI_ATOMIC)) != 0) {
     return refuse("FI_READ, FI_REMOTE_READ and FI_ATOMIC: MetaRoCE has Write, not Read");
   }
-  if (hints->caps != 0) info->caps = hints->caps | (info->caps & kSecondaryCaps);
+  if (hints->caps != 0) {
+    // fi_getinfo(3): the primary caps asked for, narrowed to what they mean here, and the
+    // secondary caps the provider keeps. FI_RMA without a direction implies all four
+    // (fi_getinfo(3)); the provider has the write ones only, and says so, so that an
+    // application registers for FI_REMOTE_WRITE, not remote read (fi_mr_test registered for
+    // both from a bare FI_RMA, and fi_mr_reg refused the read). FI_MSG and FI_TAGGED without
+    // a direction imply both.
+    uint64_t caps = hints->caps;
+    if ((caps & FI_RMA) && !(caps & (FI_WRITE | FI_REMOTE_WRITE))) {
+      caps |= FI_WRITE | FI_REMOTE_WRITE;
+    }
+    if ((caps & (FI_MSG | FI_TAGGED)) && !(caps & (FI_SEND | FI_RECV))) caps |= FI_SEND | FI_RECV;
+    info->caps = caps | (info->caps & kSecondaryCaps);
+  }
+  // The transmit and receive caps: what the endpoint's caps hold of each (no FI_TAGGED unless
+  // the application asked for it; FI_SOURCE is a receive cap, the COMM ones the domain's).
+  info->tx_attr->caps = info->caps & kTxCaps;
+  info->rx_attr->caps = info->caps & kRxCaps;
   if (hints->addr_format != FI_FORMAT_UNSPEC) {
     return refuse("address formats other than FI_FORMAT_UNSPEC (metaroce's own 60 bytes)");
   }
@@ -105,15 +130,22 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
        {std::tuple{hints->src_addr, hints->src_addrlen, "src_addr"},
         std::tuple{hints->dest_addr, hints->dest_addrlen, "dest_addr"}}) {
     if (addr == nullptr) continue;
-    absl::StatusOr<EndpointAddress> a =
-        EndpointAddress::Decode({static_cast<const uint8_t*>(addr), len});
+    std::span<const uint8_t> bytes(static_cast<const uint8_t*>(addr), len);
+    absl::StatusOr<EndpointAddress> a = std::string_view(what) == "src_addr"
+                                            ? EndpointAddress::DecodeSource(bytes)
+                                            : EndpointAddress::Decode(bytes);
     if (!a.ok()) return refuse(absl::StrCat(what, ": ", a.status().message()));
   }
-  if (hints->dest_addr != nullptr) {
-    info->dest_addr = malloc(hints->dest_addrlen);
-    if (info->dest_addr == nullptr) return -FI_ENOMEM;
-    std::memcpy(info->dest_addr, hints->dest_addr, hints->dest_addrlen);
-    info->dest_addrlen = hints->dest_addrlen;
+  for (const auto& [from, from_len, to, to_len] :
+       {std::tuple{hints->src_addr, hints->src_addrlen, &info->src_addr, &info->src_addrlen},
+        std::tuple{hints->dest_addr, hints->dest_addrlen, &info->dest_addr,
+                   &info->dest_addrlen}}) {
+    if (from == nullptr) continue;
+    free(*to);
+    *to = malloc(from_len);
+    if (*to == nullptr) return -FI_ENOMEM;
+    std::memcpy(*to, from, from_len);
+    *to_len = from_len;
   }
   if (const fi_ep_attr* e = hints->ep_attr) {
     if (e->type != FI_EP_UNSPEC && e->type != FI_EP_RDM) {
@@ -135,6 +167,7 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
     }
     if (t->iov_limit > kIovLimit) return refuse("iov_limit above 8");
     if (t->rma_iov_limit > 1) return refuse("rma_iov_limit above 1");
+    if (t->caps != 0) info->tx_attr->caps &= t->caps;
     info->tx_attr->op_flags = t->op_flags;
     if (t->size > 0 && t->size < info->tx_attr->size) info->tx_attr->size = t->size;
   }
@@ -146,6 +179,7 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
     if (r->comp_order & ~uint64_t{FI_ORDER_NONE}) return refuse("completion ordering");
     if (r->iov_limit > kIovLimit) return refuse("iov_limit above 8");
     if (r->total_buffered_recv > 0) return refuse("total_buffered_recv");
+    if (r->caps != 0) info->rx_attr->caps &= r->caps | FI_SOURCE;
     info->rx_attr->op_flags = r->op_flags;
     if (r->size > 0 && r->size < info->rx_attr->size) info->rx_attr->size = r->size;
   }
@@ -163,9 +197,12 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
     }
     if (d->av_type != FI_AV_UNSPEC) o->av_type = d->av_type;
     if (FI_VERSION_GE(version, FI_VERSION(1, 5))) {
-      if (d->mr_mode == FI_MR_BASIC) {
-        o->mr_mode = FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
-      } else if (d->mr_mode != FI_MR_SCALABLE) {
+      // fi_mr(3): the legacy modes come back as asked (FI_MR_BASIC "will not be cleared by the
+      // provider"); the domain then acts as FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED
+      // (BASIC) or with no mode bit (SCALABLE): EffectiveMrMode.
+      if (d->mr_mode == FI_MR_BASIC || d->mr_mode == FI_MR_SCALABLE) {
+        o->mr_mode = d->mr_mode;
+      } else {
         o->mr_mode = d->mr_mode & kMrModes;
       }
     } else {
@@ -184,6 +221,104 @@ int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::strin
     if (f->prov_name != nullptr && strcasecmp(f->prov_name, kProviderName) != 0) {
       return refuse(absl::StrCat("provider ", f->prov_name));
     }
+  }
+  return 0;
+}
+
+uint64_t EffectiveMrMode(uint32_t version, int mr_mode) {
+  if (!FI_VERSION_GE(version, FI_VERSION(1, 5)) || mr_mode == FI_MR_BASIC ||
+      mr_mode == FI_MR_SCALABLE) {
+    if (mr_mode == FI_MR_BASIC) return FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
+    return 0;
+  }
+  return static_cast<uint64_t>(mr_mode);
+}
+
+namespace {
+
+// The address of `node` (null: the loopback address), as getaddrinfo gives it first.
+absl::StatusOr<io::IpAddress> Resolve(const char* node, bool numeric) {
+  if (node == nullptr) return io::IpAddress::Parse("127.0.0.1");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = numeric ? AI_NUMERICHOST : 0;
+  addrinfo* res = nullptr;
+  if (const int rc = getaddrinfo(node, nullptr, &hints, &res); rc != 0) {
+    return absl::NotFoundError(absl::StrCat("node ", node, ": ", gai_strerror(rc)));
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw = res->ai_family == AF_INET6
+                        ? static_cast<const void*>(
+                              &reinterpret_cast<const sockaddr_in6*>(res->ai_addr)->sin6_addr)
+                        : static_cast<const void*>(
+                              &reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr);
+  inet_ntop(res->ai_family, raw, text, sizeof(text));
+  freeaddrinfo(res);
+  return io::IpAddress::Parse(text);
+}
+
+absl::StatusOr<uint16_t> Port(const char* service) {
+  if (service == nullptr) return uint16_t{0};
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(service, &port) || port > 0xffff) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("service ", service, ": a TCP port number is expected"));
+  }
+  return static_cast<uint16_t>(port);
+}
+
+// Replaces `*to` (malloc'd, fi_freeinfo frees it) with `a` encoded.
+int SetAddress(const EndpointAddress& a, void** to, size_t* to_len) {
+  void* bytes = malloc(kAddressBytes);
+  if (bytes == nullptr) return -FI_ENOMEM;
+  const EndpointAddress::Bytes b = a.Encode();
+  std::memcpy(bytes, b.data(), kAddressBytes);
+  free(*to);
+  *to = bytes;
+  *to_len = kAddressBytes;
+  return 0;
+}
+
+}  // namespace
+
+int FitToNodeService(const char* node, const char* service, uint64_t flags,
+                     const io::IpAddress& local, fi_info* info, std::string& why) {
+  auto refuse = [&](const absl::Status& reason) {
+    why = std::string(reason.message());
+    return -FI_ENODATA;
+  };
+  absl::StatusOr<uint16_t> port = Port(service);
+  if (!port.ok()) return refuse(port.status());
+  const bool numeric = (flags & FI_NUMERICHOST) != 0;
+  if (flags & FI_SOURCE) {
+    EndpointAddress src;
+    if (node != nullptr) {
+      absl::StatusOr<io::IpAddress> ip = Resolve(node, numeric);
+      if (!ip.ok()) return refuse(ip.status());
+      src.planes = {*ip};
+    } else {
+      src.planes = {local};
+    }
+    src.tcp_port = *port;
+    return SetAddress(src, &info->src_addr, &info->src_addrlen);
+  }
+  if (node != nullptr || service != nullptr) {
+    absl::StatusOr<io::IpAddress> ip = Resolve(node, numeric);
+    if (!ip.ok()) return refuse(ip.status());
+    if (*port == 0) {
+      return refuse(absl::InvalidArgumentError(absl::StrCat(
+          "node ", node, " without a service: the peer's port is needed to reach it")));
+    }
+    EndpointAddress dest;
+    dest.planes = {*ip};
+    dest.tcp_port = *port;
+    if (const int r = SetAddress(dest, &info->dest_addr, &info->dest_addrlen); r != 0) return r;
+  }
+  if (info->src_addr == nullptr) {
+    EndpointAddress src;
+    src.planes = {local};
+    return SetAddress(src, &info->src_addr, &info->src_addrlen);
   }
   return 0;
 }

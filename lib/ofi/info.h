@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 
+#include "lib/io/ip_address.h"
 #include "lib/ofi/settings.h"
 
 namespace metaroce::ofi {
@@ -37,5 +38,24 @@ fi_info* ProviderInfo(uint32_t version, const Settings& s, const std::string& do
 // Narrows `info` to `hints` (caps, mr_mode, threading, progress, av type, op flags) and returns
 // 0, or -FI_ENODATA with the reason in `why`. Null hints accept everything.
 int FitToHints(uint32_t version, const fi_info* hints, fi_info* info, std::string& why);
+
+// fi_getinfo's node, service and FI_SOURCE (fi_getinfo(3)), as the tcp provider reads them, made
+// into the info's addresses (EndpointAddress, one plane, nonce 0: "the endpoint listening
+// there", address.h):
+//   FI_SOURCE: node (default: `local`) and service (default: any port) are the source, src_addr:
+//     an endpoint opened from the info listens on that port;
+//   else node and/or service are the destination, dest_addr (node default: the loopback
+//     address; service, the peer's port, is needed with a node), and src_addr is `local`.
+// src_addr is set whatever is given (a source the hints name is kept). `local`: this host's
+// plane-0 address, or the wildcard when the provider cannot tell (attached to a daemon).
+// A node that does not resolve (getaddrinfo; FI_NUMERICHOST: numeric only) or a service that is
+// not a port number is -FI_ENODATA with the reason in `why`.
+int FitToNodeService(const char* node, const char* service, uint64_t flags,
+                     const io::IpAddress& local, fi_info* info, std::string& why);
+
+// The mr_mode bits a domain acts by, for the mr_mode its fi_info gave: the legacy FI_MR_BASIC
+// (before API 1.5 and after) is FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED, and
+// FI_MR_SCALABLE no bit (fi_mr(3)); from 1.5 on, other values are the bits themselves.
+uint64_t EffectiveMrMode(uint32_t version, int mr_mode);
 
 }  // namespace metaroce::ofi

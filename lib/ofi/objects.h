@@ -21,6 +21,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -33,6 +34,7 @@
 #include "lib/api/context.h"
 #include "lib/ofi/address.h"
 #include "lib/ofi/buffer_pool.h"
+#include "lib/ofi/info.h"
 #include "lib/ofi/settings.h"
 
 namespace metaroce::ofi {
@@ -72,9 +74,15 @@ struct Cq {
   fi_cq_format format = FI_CQ_FORMAT_CONTEXT;
   std::deque<CqEntry> entries;  // guarded by domain->mu
   std::atomic<int> refs{0};     // endpoints bound
+  // fi_cq_sread's sleep (on domain->mu): woken by an entry pushed (by another thread's progress,
+  // or the domain's progress thread) and by fi_cq_signal. Guarded by domain->mu.
+  std::condition_variable wake;
+  int sleepers = 0;       // threads in fi_cq_sread's wait
+  bool signaled = false;  // fi_cq_signal since the last fi_cq_sread returned
   void Push(const CqEntry& e) {
     entries.push_back(e);
     ++*delivered;
+    if (sleepers > 0) wake.notify_all();
   }
   uint64_t* delivered = nullptr;  // the domain's count of entries given to the application
 };
@@ -114,6 +122,20 @@ struct Eq {
   Domain* domain = nullptr;  // none: opened on the fabric
 };
 
+// The engine a process's domains share (docs/ofi.md, "Domains and processes"): one
+// api::Context per process for each set of engine settings (mode, socket, interfaces, port
+// kind, engine threads), opened by the first domain that asks and closed with the last. An
+// embedded engine owns its interfaces' XDP program and MetaRoCE's UDP port, so a second one in
+// the process could not open; attached, one attachment serves every domain. Its mutex is every
+// sharing domain's lock (Domain::mu): an inline engine's data path must come from one thread at
+// a time (lib/api/context.h), and two domains' progress would otherwise poll it at once.
+struct SharedEngine {
+  std::mutex mu;
+  std::unique_ptr<api::Context> context;
+  // The process's engine for `s`: the one open (shared), or a new one (OpenContext's errors).
+  static absl::StatusOr<std::shared_ptr<SharedEngine>> For(const Settings& s);
+};
+
 class Domain {
  public:
   fid_domain fid;  // first
@@ -140,7 +162,9 @@ class Domain {
   void AddConnection(uint32_t conn_id, Endpoint* ep);
   void RemoveConnection(uint32_t conn_id);
 
-  std::mutex mu;  // guards the domain and every object on it
+  // Guards the domain and every object on it: the shared engine's mutex (SharedEngine), so
+  // held by one domain of the engine at a time.
+  std::mutex& mu;
   api::Context& context() { return *context_; }
   api::CompletionQueue& send_cq() { return *send_cq_; }
   api::CompletionQueue& recv_cq() { return *recv_cq_; }
@@ -148,7 +172,8 @@ class Domain {
   BufferPool& chunk_pool() { return *chunk_pool_; }
   const Settings& settings() const { return settings_; }
   const fi_info& info() const { return *info_; }
-  uint64_t mr_mode() const { return info_->domain_attr->mr_mode; }
+  // The mr_mode bits the domain acts by (FI_MR_BASIC and FI_MR_SCALABLE translated).
+  uint64_t mr_mode() const { return EffectiveMrMode(api_version_, info_->domain_attr->mr_mode); }
   // Whether rendezvous writes from and into the application's buffers: the engine can register
   // any of this process's memory (embedded; attached: only shared memory) and
   // FI_METAROCE_ZERO_COPY is not 0.
@@ -158,7 +183,8 @@ class Domain {
   uint64_t delivered = 0;    // completion entries given to the application (its CQs), ever
 
  private:
-  Domain() = default;
+  explicit Domain(std::shared_ptr<SharedEngine> engine)
+      : mu(engine->mu), engine_(std::move(engine)), context_(engine_->context.get()) {}
   // A thread of the domain's that calls Progress(), until the domain closes:
   //   FI_PROGRESS_AUTO: every 50 us, or again at once while it finds work;
   //   an inline engine (FI_METAROCE_ENGINE_THREADS=0) under manual progress: only when the
@@ -182,7 +208,8 @@ class Domain {
   Settings settings_;
   uint32_t api_version_ = 0;
   fi_info* info_ = nullptr;  // a copy
-  std::unique_ptr<api::Context> context_;
+  std::shared_ptr<SharedEngine> engine_;  // released last (~Domain)
+  api::Context* context_ = nullptr;        // engine_'s
   std::unique_ptr<api::CompletionQueue> send_cq_;
   std::unique_ptr<api::CompletionQueue> recv_cq_;
   std::unique_ptr<BufferPool> eager_pool_;

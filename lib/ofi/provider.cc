@@ -2,11 +2,15 @@
 #include <rdma/providers/fi_log.h>
 #include <rdma/providers/fi_prov.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/control/protocol.h"
+#include "lib/io/interface_info.h"
 #include "lib/ofi/entry_points.h"
 #include "lib/ofi/info.h"
 #include "lib/ofi/objects.h"
@@ -39,14 +43,38 @@ std::string DomainName(const Settings& s) {
   return absl::StrCat(planes, ":", s.paths, "paths");
 }
 
+// This host's plane-0 address (the first address of the first interface the engine would run
+// on), or the IPv4 wildcard when there is none to tell (attached to a daemon with no
+// interfaces named here): the source fi_getinfo reports (FitToNodeService).
+io::IpAddress LocalAddress(const Settings& s) {
+  std::vector<std::string> interfaces = s.interfaces;
+  if (interfaces.empty()) interfaces = InterfacesFromDaemonConfig("/etc/metaroce/metaroced.conf");
+  if (!interfaces.empty()) {
+    if (absl::StatusOr<io::InterfaceInfo> i = io::ReadInterfaceInfo(interfaces[0]); i.ok()) {
+      if (!i->ipv4.empty()) return i->ipv4[0].address;
+      for (const io::InterfaceAddress& a : i->ipv6) {
+        const bool link_local = a.address.bytes[0] == 0xfe && (a.address.bytes[1] & 0xc0) == 0x80;
+        if (!link_local) return a.address;
+      }
+    }
+  }
+  return io::IpAddress::V4(0);
+}
+
 int GetInfo(uint32_t version, const char* node, const char* service, uint64_t flags,
             const fi_info* hints, fi_info** info) {
-  (void)node;
-  (void)service;
-  (void)flags;
   absl::StatusOr<Settings> s = ReadSettings();
   if (!s.ok()) {
     Warn(std::string(s.status().message()));
+    return -FI_ENODATA;
+  }
+  // Offer only what fi_domain can open (settings.h, Offerable).
+  const std::string socket =
+      s->socket_path.empty() ? std::string(control::kDefaultSocketPath) : s->socket_path;
+  if (absl::Status st = Offerable(*s, socket, access(socket.c_str(), F_OK) == 0,
+                                  InterfacesFromDaemonConfig("/etc/metaroce/metaroced.conf"));
+      !st.ok()) {
+    FI_INFO(&kProvider, FI_LOG_CORE, "not offered: %s\n", std::string(st.message()).c_str());
     return -FI_ENODATA;
   }
   fi_info* ours = ProviderInfo(version, *s, DomainName(*s));
@@ -56,6 +84,11 @@ int GetInfo(uint32_t version, const char* node, const char* service, uint64_t fl
     if (!why.empty()) {
       FI_INFO(&kProvider, FI_LOG_CORE, "hints refused: %s\n", why.c_str());
     }
+    fi_freeinfo(ours);
+    return r;
+  }
+  if (const int r = FitToNodeService(node, service, flags, LocalAddress(*s), ours, why); r != 0) {
+    FI_INFO(&kProvider, FI_LOG_CORE, "node/service refused: %s\n", why.c_str());
     fi_freeinfo(ours);
     return r;
   }

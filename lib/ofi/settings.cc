@@ -136,4 +136,22 @@ std::vector<std::string> InterfacesFromDaemonConfig(const std::string& conf_path
   return {};
 }
 
+absl::Status Offerable(const Settings& s, const std::string& socket_path, bool daemon_socket,
+                       const std::vector<std::string>& config_interfaces) {
+  if (s.mode == Mode::kAttached) {
+    if (daemon_socket) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "FI_METAROCE_MODE=attached, and no metaroced socket at ", socket_path,
+        ": start metaroced, or set FI_METAROCE_SOCKET to its socket"));
+  }
+  if (s.mode == Mode::kAuto && daemon_socket) return absl::OkStatus();
+  if (!s.interfaces.empty() || !config_interfaces.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      s.mode == Mode::kAuto ? absl::StrCat("no metaroced socket at ", socket_path, ", and ")
+                            : std::string("FI_METAROCE_MODE=embedded, and "),
+      "no interfaces to run an embedded engine on: start metaroced, or set "
+      "FI_METAROCE_INTERFACES (e.g. FI_METAROCE_INTERFACES=eth0), or `interfaces` in "
+      "/etc/metaroce/metaroced.conf"));
+}
+
 }  // namespace metaroce::ofi

@@ -65,4 +65,14 @@ struct Settings {
 // Where embedded interfaces default from: the `interfaces = a,b` line of [daemon] in `conf_path`.
 std::vector<std::string> InterfacesFromDaemonConfig(const std::string& conf_path);
 
+// Whether fi_getinfo offers the provider: only what fi_domain can open (docs/ofi.md, "Where the
+// engine runs"). Attached or auto mode with a daemon's socket at `socket_path` (`daemon_socket`:
+// it exists): yes. Embedded, or auto with no socket: only with interfaces to run the engine on
+// (FI_METAROCE_INTERFACES, else `config_interfaces`, metaroced.conf's). The provider does not
+// guess interfaces (libfabric's tcp provider takes every up interface): an embedded engine
+// loads an XDP program on each, which on a host's management interface is not a default to
+// take unasked. FailedPrecondition names what to set.
+absl::Status Offerable(const Settings& s, const std::string& socket_path, bool daemon_socket,
+                       const std::vector<std::string>& config_interfaces);
+
 }  // namespace metaroce::ofi

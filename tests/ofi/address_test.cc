@@ -127,5 +127,27 @@ TEST(EndpointAddress, DecodeRefusesPortZero) {
   EXPECT_THAT(DecodeStatus(a.Encode()).message(), HasSubstr("TCP port 0"));
 }
 
+TEST(EndpointAddress, DecodeRefusesNoBufferAtAll) {
+  // fi_av_insert of the dest_addr of an fi_info that has none (fabtests' fi_rdm g00n13s).
+  absl::StatusOr<EndpointAddress> a = EndpointAddress::Decode(std::span<const uint8_t>());
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.status().message(), HasSubstr("0 bytes"));
+  EXPECT_FALSE(EndpointAddress::DecodeSource(std::span<const uint8_t>()).ok());
+}
+
+TEST(EndpointAddress, DecodeSourceTakesPortZero) {
+  EndpointAddress a = FourV4Planes();
+  a.tcp_port = 0;
+  absl::StatusOr<EndpointAddress> b = EndpointAddress::DecodeSource(a.Encode());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*b, a);
+}
+
+TEST(EndpointAddress, DecodeSourceRefusesWhatDecodeRefusesBesidesThePort) {
+  EndpointAddress::Bytes b = FourV4Planes().Encode();
+  b[0] = 'X';
+  EXPECT_THAT(EndpointAddress::DecodeSource(b).status().message(), HasSubstr("magic"));
+}
+
 }  // namespace
 }  // namespace metaroce::ofi

@@ -13,6 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "lib/ofi/address.h"
 
@@ -83,7 +86,62 @@ TEST(FitToHints, NarrowsCapsToTheHintsAndSecondaryCaps) {
   InfoPtr hints = Hints();
   hints->caps = FI_TAGGED;
   ASSERT_EQ(FitOf(hints.get(), info.get()).result, 0);
-  EXPECT_EQ(info->caps, uint64_t{FI_TAGGED | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM});
+  // FI_TAGGED without a direction implies both (fi_getinfo(3)).
+  EXPECT_EQ(info->caps, uint64_t{FI_TAGGED | FI_SEND | FI_RECV | FI_SOURCE | FI_LOCAL_COMM |
+                                 FI_REMOTE_COMM});
+}
+
+TEST(FitToHints, RmaWithoutADirectionComesBackAsTheWritesItHas) {
+  // fi_mr_test's hints: FI_MSG | FI_RMA. Returned bare, FI_RMA implies remote read, which
+  // fabtests then registered memory for and fi_mr_reg refused.
+  InfoPtr info = Ours();
+  InfoPtr hints = Hints();
+  hints->caps = FI_MSG | FI_RMA;
+  ASSERT_EQ(FitOf(hints.get(), info.get()).result, 0);
+  EXPECT_EQ(info->caps & (FI_WRITE | FI_REMOTE_WRITE), uint64_t{FI_WRITE | FI_REMOTE_WRITE});
+  EXPECT_EQ(info->caps & (FI_READ | FI_REMOTE_READ | FI_TAGGED), 0u);
+  EXPECT_EQ(info->tx_attr->caps & FI_TAGGED, 0u) << "FI_TAGGED in tx caps, not asked for";
+  EXPECT_EQ(info->rx_attr->caps & FI_TAGGED, 0u) << "FI_TAGGED in rx caps, not asked for";
+  EXPECT_NE(info->tx_attr->caps & FI_WRITE, 0u);
+  EXPECT_NE(info->rx_attr->caps & FI_REMOTE_WRITE, 0u);
+  EXPECT_EQ(info->tx_attr->caps & ~info->caps, 0u);
+  EXPECT_EQ(info->rx_attr->caps & ~info->caps, 0u);
+}
+
+TEST(FitToHints, TxAndRxCapsHoldOnlyTheirOwnKinds) {
+  // fi_getinfo_test caps1: tx caps may hold only transmit caps (no FI_SOURCE, a receive cap,
+  // nor FI_LOCAL_COMM/FI_REMOTE_COMM, the domain's); rx caps only receive caps.
+  constexpr uint64_t kTxKinds = FI_MSG | FI_RMA | FI_TAGGED | FI_SEND | FI_READ | FI_WRITE;
+  constexpr uint64_t kRxKinds = FI_MSG | FI_RMA | FI_TAGGED | FI_DIRECTED_RECV | FI_RECV |
+                                FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SOURCE;
+  for (uint64_t caps : {uint64_t{0}, uint64_t{FI_MSG}, uint64_t{FI_TAGGED | FI_DIRECTED_RECV},
+                        uint64_t{FI_MSG | FI_RMA | FI_TAGGED}}) {
+    InfoPtr info = Ours();
+    InfoPtr hints = Hints();
+    hints->caps = caps;
+    ASSERT_EQ(FitOf(hints.get(), info.get()).result, 0);
+    EXPECT_EQ(info->tx_attr->caps & ~kTxKinds, 0u) << "hints 0x" << std::hex << caps;
+    EXPECT_EQ(info->rx_attr->caps & ~kRxKinds, 0u) << "hints 0x" << std::hex << caps;
+    EXPECT_EQ(info->rx_attr->caps & ~info->caps, 0u);
+  }
+}
+
+TEST(FitToHints, RmaWithADirectionKeepsIt) {
+  InfoPtr info = Ours();
+  InfoPtr hints = Hints();
+  hints->caps = FI_RMA | FI_WRITE;
+  ASSERT_EQ(FitOf(hints.get(), info.get()).result, 0);
+  EXPECT_EQ(info->caps & (FI_WRITE | FI_REMOTE_WRITE), uint64_t{FI_WRITE});
+}
+
+TEST(FitToHints, TxAndRxCapsNarrowToTheirHints) {
+  InfoPtr info = Ours();
+  InfoPtr hints = Hints();
+  hints->caps = FI_MSG | FI_TAGGED;
+  hints->tx_attr->caps = FI_TAGGED;
+  ASSERT_EQ(FitOf(hints.get(), info.get()).result, 0);
+  EXPECT_EQ(info->tx_attr->caps & (FI_MSG | FI_TAGGED), uint64_t{FI_TAGGED});
+  EXPECT_EQ(info->rx_attr->caps & (FI_MSG | FI_TAGGED), uint64_t{FI_MSG | FI_TAGGED});
 }
 
 TEST(FitToHints, RefusesCapabilitiesItLacksNamingThem) {
@@ -151,12 +209,32 @@ TEST(FitToHints, NoMrModeOfferedGivesNone) {
   EXPECT_EQ(info->domain_attr->mr_mode, 0);
 }
 
-TEST(FitToHints, MrBasicBecomesProvKeyVirtAddrAllocated) {
+TEST(FitToHints, MrBasicComesBackAsAsked) {
+  // fi_mr(3): "if FI_MR_BASIC is set on input to fi_getinfo(), it will not be cleared".
   InfoPtr info = Ours();
   InfoPtr hints = Hints();
   hints->domain_attr->mr_mode = FI_MR_BASIC;
   ASSERT_EQ(FitOf(hints.get(), info.get()).result, 0);
-  EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED);
+  EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_BASIC);
+}
+
+TEST(FitToHints, MrScalableComesBackAsAsked) {
+  InfoPtr info = Ours();
+  InfoPtr hints = Hints();
+  hints->domain_attr->mr_mode = FI_MR_SCALABLE;
+  ASSERT_EQ(FitOf(hints.get(), info.get()).result, 0);
+  EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_SCALABLE);
+}
+
+TEST(EffectiveMrMode, BasicActsAsProvKeyVirtAddrAllocated) {
+  for (uint32_t v : {uint32_t{FI_VERSION(1, 4)}, kVersion}) {
+    EXPECT_EQ(EffectiveMrMode(v, FI_MR_BASIC),
+              uint64_t{FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED});
+    EXPECT_EQ(EffectiveMrMode(v, FI_MR_SCALABLE), 0u);
+  }
+  EXPECT_EQ(EffectiveMrMode(kVersion, FI_MR_LOCAL | FI_MR_PROV_KEY),
+            uint64_t{FI_MR_LOCAL | FI_MR_PROV_KEY});
+  EXPECT_EQ(EffectiveMrMode(kVersion, 0), 0u);
 }
 
 TEST(FitToHints, RefusesInjectSizeAboveOurs) {
@@ -216,6 +294,109 @@ TEST(FitToHints, RefusesAnotherProvider) {
   const Fit f = FitOf(hints.get(), info.get());
   EXPECT_EQ(f.result, -FI_ENODATA);
   EXPECT_THAT(f.why, HasSubstr("tcp"));
+}
+
+// ---- fi_getinfo's node, service and FI_SOURCE (FitToNodeService) ----
+
+io::IpAddress Local() { return *io::IpAddress::Parse("198.18.0.2"); }
+
+EndpointAddress AddressAt(const void* bytes, size_t len, bool source) {
+  std::span<const uint8_t> b(static_cast<const uint8_t*>(bytes), len);
+  absl::StatusOr<EndpointAddress> a =
+      source ? EndpointAddress::DecodeSource(b) : EndpointAddress::Decode(b);
+  EXPECT_TRUE(a.ok()) << a.status();
+  return a.ok() ? *a : EndpointAddress{};
+}
+
+TEST(FitToNodeService, NothingGivenStillSetsTheSource) {
+  // fi_getinfo_test no_hints 1 and src 1: "source addrlen not set".
+  InfoPtr info = Ours();
+  std::string why;
+  ASSERT_EQ(FitToNodeService(nullptr, nullptr, 0, Local(), info.get(), why), 0) << why;
+  ASSERT_EQ(info->src_addrlen, kAddressBytes);
+  const EndpointAddress src = AddressAt(info->src_addr, info->src_addrlen, true);
+  EXPECT_EQ(src.planes, std::vector<io::IpAddress>{Local()});
+  EXPECT_EQ(src.tcp_port, 0);
+  EXPECT_EQ(info->dest_addr, nullptr);
+}
+
+TEST(FitToNodeService, SourceServiceIsTheListenersPort) {
+  InfoPtr info = Ours();
+  std::string why;
+  ASSERT_EQ(FitToNodeService(nullptr, "9228", FI_SOURCE, Local(), info.get(), why), 0) << why;
+  const EndpointAddress src = AddressAt(info->src_addr, info->src_addrlen, true);
+  EXPECT_EQ(src.planes, std::vector<io::IpAddress>{Local()});
+  EXPECT_EQ(src.tcp_port, 9228);
+  EXPECT_EQ(src.nonce, 0u);
+  EXPECT_EQ(info->dest_addr, nullptr);
+}
+
+TEST(FitToNodeService, SourceNodeIsTheSourceAddress) {
+  InfoPtr info = Ours();
+  std::string why;
+  ASSERT_EQ(FitToNodeService("198.18.1.2", nullptr, FI_SOURCE, Local(), info.get(), why), 0);
+  const EndpointAddress src = AddressAt(info->src_addr, info->src_addrlen, true);
+  EXPECT_EQ(src.planes[0], *io::IpAddress::Parse("198.18.1.2"));
+}
+
+TEST(FitToNodeService, NodeAndServiceAreTheDestination) {
+  InfoPtr info = Ours();
+  std::string why;
+  ASSERT_EQ(FitToNodeService("198.18.0.6", "9228", 0, Local(), info.get(), why), 0) << why;
+  ASSERT_EQ(info->dest_addrlen, kAddressBytes);
+  const EndpointAddress dest = AddressAt(info->dest_addr, info->dest_addrlen, false);
+  EXPECT_EQ(dest.planes, std::vector<io::IpAddress>{*io::IpAddress::Parse("198.18.0.6")});
+  EXPECT_EQ(dest.tcp_port, 9228);
+  EXPECT_EQ(dest.nonce, 0u) << "nonce 0: whichever endpoint listens there";
+  const EndpointAddress src = AddressAt(info->src_addr, info->src_addrlen, true);
+  EXPECT_EQ(src.planes[0], Local());
+}
+
+TEST(FitToNodeService, Ipv6NodeIsAnIpv6Destination) {
+  InfoPtr info = Ours();
+  std::string why;
+  ASSERT_EQ(FitToNodeService("fd00:6d72:0:1::2", "9228", FI_NUMERICHOST, Local(), info.get(),
+                             why), 0) << why;
+  const EndpointAddress dest = AddressAt(info->dest_addr, info->dest_addrlen, false);
+  EXPECT_TRUE(dest.planes[0].v6);
+}
+
+TEST(FitToNodeService, NodeThatDoesNotResolveFindsNothing) {
+  InfoPtr info = Ours();
+  std::string why;
+  EXPECT_EQ(FitToNodeService("g00n13s", "9228", FI_NUMERICHOST, Local(), info.get(), why),
+            -FI_ENODATA);
+  EXPECT_THAT(why, HasSubstr("g00n13s"));
+}
+
+TEST(FitToNodeService, ServiceThatIsNotAPortFindsNothing) {
+  InfoPtr info = Ours();
+  std::string why;
+  EXPECT_EQ(FitToNodeService("198.18.0.6", "http-ish", 0, Local(), info.get(), why),
+            -FI_ENODATA);
+  EXPECT_THAT(why, HasSubstr("port number"));
+}
+
+TEST(FitToNodeService, NodeWithoutServiceCannotBeReached) {
+  InfoPtr info = Ours();
+  std::string why;
+  EXPECT_EQ(FitToNodeService("198.18.0.6", nullptr, 0, Local(), info.get(), why), -FI_ENODATA);
+  EXPECT_THAT(why, HasSubstr("port"));
+}
+
+TEST(FitToHints, KeepsTheSourceAddressOfTheHints) {
+  InfoPtr info = Ours();
+  InfoPtr hints = Hints();
+  EndpointAddress src;
+  src.planes = {Local()};
+  src.tcp_port = 0;  // a source may leave the port to the kernel
+  const EndpointAddress::Bytes b = src.Encode();
+  hints->src_addr = malloc(b.size());
+  std::memcpy(hints->src_addr, b.data(), b.size());
+  hints->src_addrlen = b.size();
+  ASSERT_EQ(FitOf(hints.get(), info.get()).result, 0);
+  ASSERT_EQ(info->src_addrlen, kAddressBytes);
+  EXPECT_EQ(std::memcmp(info->src_addr, b.data(), b.size()), 0);
 }
 
 }  // namespace

@@ -30,8 +30,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -217,21 +219,23 @@ class Loopback : public ::testing::Test {
     b_.self = a_.peer = 1;
   }
 
-  void Open(Side& s) {
-    ASSERT_EQ(fi_endpoint(domain_, info_, &s.ep, nullptr), 0);
+  // Opens `s` on the domain from `info` (default: the test's).
+  void Open(Side& s, fi_info* info = nullptr, fid_domain* domain = nullptr) {
+    if (domain == nullptr) domain = domain_;
+    ASSERT_EQ(fi_endpoint(domain, info != nullptr ? info : info_, &s.ep, nullptr), 0);
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_TAGGED;
     cq_attr.wait_obj = FI_WAIT_NONE;
-    ASSERT_EQ(fi_cq_open(domain_, &cq_attr, &s.tx, nullptr), 0);
-    ASSERT_EQ(fi_cq_open(domain_, &cq_attr, &s.rx, nullptr), 0);
+    ASSERT_EQ(fi_cq_open(domain, &cq_attr, &s.tx, nullptr), 0);
+    ASSERT_EQ(fi_cq_open(domain, &cq_attr, &s.rx, nullptr), 0);
     fi_av_attr av_attr{};
     av_attr.type = FI_AV_TABLE;
-    ASSERT_EQ(fi_av_open(domain_, &av_attr, &s.av, nullptr), 0);
+    ASSERT_EQ(fi_av_open(domain, &av_attr, &s.av, nullptr), 0);
     fi_cntr_attr cntr_attr{};
     cntr_attr.events = FI_CNTR_EVENTS_COMP;
     cntr_attr.wait_obj = FI_WAIT_NONE;
-    ASSERT_EQ(fi_cntr_open(domain_, &cntr_attr, &s.send_cntr, nullptr), 0);
-    ASSERT_EQ(fi_cntr_open(domain_, &cntr_attr, &s.recv_cntr, nullptr), 0);
+    ASSERT_EQ(fi_cntr_open(domain, &cntr_attr, &s.send_cntr, nullptr), 0);
+    ASSERT_EQ(fi_cntr_open(domain, &cntr_attr, &s.recv_cntr, nullptr), 0);
     ASSERT_EQ(fi_ep_bind(s.ep, &s.av->fid, 0), 0);
     ASSERT_EQ(fi_ep_bind(s.ep, &s.tx->fid, FI_TRANSMIT), 0);
     ASSERT_EQ(fi_ep_bind(s.ep, &s.rx->fid, FI_RECV), 0);
@@ -245,7 +249,7 @@ class Loopback : public ::testing::Test {
 
   void TearDown() override {
     for (fid_mr* mr : mrs_) Close(&mr->fid);
-    for (Side* s : {&a_, &b_}) {
+    for (Side* s : {&a_, &b_, &c_}) {
       if (s->ep != nullptr) Close(&s->ep->fid);
       for (fid* f : {s->tx ? &s->tx->fid : nullptr, s->rx ? &s->rx->fid : nullptr,
                      s->av ? &s->av->fid : nullptr, s->send_cntr ? &s->send_cntr->fid : nullptr,
@@ -253,6 +257,7 @@ class Loopback : public ::testing::Test {
         Close(f);
       }
     }
+    if (domain2_ != nullptr) Close(&domain2_->fid);
     if (domain_ != nullptr) Close(&domain_->fid);
     if (fabric_ != nullptr) Close(&fabric_->fid);
     if (info_ != nullptr) fi_freeinfo(info_);
@@ -334,7 +339,9 @@ class Loopback : public ::testing::Test {
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
+  fid_domain* domain2_ = nullptr;  // a second domain, for the tests that open one
   Side a_, b_;
+  Side c_;  // a third endpoint, for the tests that open one
   std::vector<fid_mr*> mrs_;
 };
 
@@ -624,6 +631,53 @@ TEST_F(Loopback, PeekClaimKeepsTheMessageForTheClaimReceive) {
   EXPECT_TRUE(got == sent);
 }
 
+TEST_F(Loopback, PeekDiscardDiscardsTheMessageItFinds) {
+  SendAndComplete(a_, a_.peer, Pattern(30, 18), 22);
+  fi_context pctx{};
+  const Completion p = PeekUntilFound(b_, 22, &pctx, FI_PEEK | FI_DISCARD);
+  EXPECT_EQ(p.e.err, 0);
+  EXPECT_EQ(p.e.len, 30u);
+  // Gone: another peek finds nothing, and a receive takes the next message.
+  fi_context again{};
+  ASSERT_EQ(TRecvMsg(b_, nullptr, 0, FI_ADDR_UNSPEC, 22, 0, &again, FI_PEEK), 0);
+  EXPECT_EQ(WaitOne(b_.rx).e.err, FI_ENOMSG);
+  const std::vector<uint8_t> second = Pattern(31, 19);
+  std::vector<uint8_t> got(64, 0);
+  fi_context rctx{};
+  ASSERT_EQ(fi_trecv(b_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, 22, 0, &rctx), 0);
+  SendAndComplete(a_, a_.peer, second, 22);
+  const Completion r = WaitOne(b_.rx);
+  EXPECT_EQ(r.e.op_context, &rctx);
+  EXPECT_EQ(r.e.len, 31u);
+  EXPECT_TRUE(std::equal(second.begin(), second.end(), got.begin()));
+}
+
+TEST_F(Loopback, PeekDiscardOfARendezvousMessageCompletesItsSend) {
+  const std::vector<uint8_t> sent = Pattern(100000, 20);
+  fi_context sctx{}, pctx{};
+  ASSERT_EQ(fi_tsend(a_.ep, sent.data(), sent.size(), nullptr, a_.peer, 23, &sctx), 0);
+  const Completion p = PeekUntilFound(b_, 23, &pctx, FI_PEEK | FI_DISCARD);
+  EXPECT_EQ(p.e.err, 0);
+  EXPECT_EQ(p.e.len, sent.size());
+  const Completion s = WaitOne(a_.tx);
+  EXPECT_EQ(s.e.err, 0);
+  EXPECT_EQ(s.e.op_context, &sctx);
+  ExpectNothing(b_.rx);  // the discard itself reports nothing
+}
+
+TEST_F(Loopback, ClaimDiscardOfARendezvousMessageCompletesItsSend) {
+  const std::vector<uint8_t> sent = Pattern(100000, 21);
+  fi_context sctx{}, cctx{};
+  ASSERT_EQ(fi_tsend(a_.ep, sent.data(), sent.size(), nullptr, a_.peer, 24, &sctx), 0);
+  const Completion p = PeekUntilFound(b_, 24, &cctx, FI_PEEK | FI_CLAIM);
+  EXPECT_EQ(p.e.err, 0);
+  ASSERT_EQ(TRecvMsg(b_, nullptr, 0, FI_ADDR_UNSPEC, 24, 0, &cctx, FI_CLAIM | FI_DISCARD), 0);
+  EXPECT_EQ(WaitOne(b_.rx).e.op_context, &cctx);
+  const Completion s = WaitOne(a_.tx);
+  EXPECT_EQ(s.e.err, 0);
+  EXPECT_EQ(s.e.op_context, &sctx);
+}
+
 TEST_F(Loopback, CancelOfAPostedReceiveGivesCanceled) {
   std::vector<uint8_t> got(10, 0);
   fi_context rctx{};
@@ -717,6 +771,29 @@ TEST_F(LoopbackRma, SmallWriteDataGivesTheTargetAnEntry) {
   ExpectWritten(data, 8);
 }
 
+TEST_F(LoopbackRma, WriteMsgWithTheInjectFlagStillCompletes) {
+  std::vector<uint8_t> data = Pattern(100, 31);
+  const std::vector<uint8_t> sent = data;
+  iovec iov{data.data(), data.size()};
+  void* desc = nullptr;
+  fi_rma_iov rma{base_ + 8, sent.size(), key_};
+  fi_msg_rma m{};
+  m.msg_iov = &iov;
+  m.desc = &desc;
+  m.iov_count = 1;
+  m.addr = a_.peer;
+  m.rma_iov = &rma;
+  m.rma_iov_count = 1;
+  fi_context wctx{};
+  m.context = &wctx;
+  ASSERT_EQ(fi_writemsg(a_.ep, &m, FI_INJECT), 0);
+  std::fill(data.begin(), data.end(), 0);
+  const Completion c = WaitOne(a_.tx);
+  EXPECT_EQ(c.e.err, 0);
+  EXPECT_EQ(c.e.op_context, &wctx);
+  ExpectWritten(sent, 8);
+}
+
 TEST_F(LoopbackRma, RendezvousWriteOfOneMebibyteLandsInTheRegion) {
   const std::vector<uint8_t> data = Pattern(1 << 20, 15);
   EXPECT_EQ(WriteToB(data, 64, false, key_).e.err, 0);
@@ -808,6 +885,80 @@ class LoopbackAuto : public LoopbackRma {
   const char* EngineThreads() const override { return "1"; }
 };
 
+// An engine thread of its own under manual progress: nothing but the test's calls progresses
+// the provider (no watchdog: that is the inline engine's).
+class LoopbackEngineThread : public Loopback {
+ protected:
+  const char* EngineThreads() const override { return "1"; }
+};
+
+TEST_F(LoopbackEngineThread, PeeksAloneDriveProgress) {
+  // fabtests' fi_rdm_tagged_peek: the receiver peeks until the message is there, reading each
+  // miss's FI_ENOMSG entry, and makes no other call. A peek that did not progress never found
+  // it (and the sender met RNR NAKs until RETRY_EXC_ERR).
+  const std::vector<uint8_t> sent = Pattern(40, 17);
+  fi_context sctx{}, pctx{};
+  ASSERT_EQ(fi_tsend(a_.ep, sent.data(), sent.size(), nullptr, a_.peer, 21, &sctx), 0);
+  const Completion p = PeekUntilFound(b_, 21, &pctx, FI_PEEK);
+  EXPECT_EQ(p.e.err, 0);
+  EXPECT_EQ(p.e.len, 40u);
+  std::vector<uint8_t> got(40, 0);
+  fi_context rctx{};
+  ASSERT_EQ(fi_trecv(b_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, 21, 0, &rctx), 0);
+  EXPECT_EQ(WaitOne(b_.rx).e.op_context, &rctx);
+  EXPECT_EQ(WaitOne(a_.tx).e.op_context, &sctx);
+  EXPECT_TRUE(got == sent);
+}
+
+TEST_F(LoopbackEngineThread, SreadReturnsAMessageAsItArrives) {
+  const std::vector<uint8_t> sent = Pattern(48, 32);
+  std::vector<uint8_t> got(48, 0);
+  fi_context rctx{}, sctx{};
+  ASSERT_EQ(fi_recv(b_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+  ASSERT_EQ(fi_send(a_.ep, sent.data(), sent.size(), nullptr, a_.peer, &sctx), 0);
+  fi_cq_tagged_entry e{};
+  // fi_cq_sread progresses (manual progress) between its sleeps.
+  ASSERT_EQ(fi_cq_sread(b_.rx, &e, 1, nullptr, 5000), 1);
+  EXPECT_EQ(e.op_context, &rctx);
+  ASSERT_EQ(fi_cq_sread(a_.tx, &e, 1, nullptr, 5000), 1);
+  EXPECT_EQ(e.op_context, &sctx);
+  EXPECT_TRUE(got == sent);
+}
+
+TEST_F(LoopbackEngineThread, SignalWakesABlockedSread) {
+  // fabtests' fi_cq_test cq_signal; fi_cq_signal was a no-op, and the read slept out its
+  // timeout. The read's timeout (20 s) is far beyond the test's deadline for it to return.
+  std::promise<ssize_t> done;
+  std::future<ssize_t> result = done.get_future();
+  std::thread reader([&] {
+    fi_cq_tagged_entry e{};
+    done.set_value(fi_cq_sread(b_.rx, &e, 1, nullptr, 20000));
+  });
+  // A signal before the reader blocks is kept for it, one after wakes it: either way it returns.
+  ASSERT_EQ(fi_cq_signal(b_.rx), 0);
+  const bool returned = result.wait_for(kDeadline) == std::future_status::ready;
+  reader.join();
+  EXPECT_TRUE(returned) << "fi_cq_sread was not woken by fi_cq_signal";
+  EXPECT_EQ(result.get(), -FI_EAGAIN);
+}
+
+TEST_F(LoopbackEngineThread, SignalBeforeSreadMakesItReturnAtOnce) {
+  ASSERT_EQ(fi_cq_signal(b_.rx), 0);
+  std::promise<ssize_t> done;
+  std::future<ssize_t> result = done.get_future();
+  std::thread reader([&] {
+    fi_cq_tagged_entry e{};
+    done.set_value(fi_cq_sread(b_.rx, &e, 1, nullptr, 20000));
+  });
+  const bool returned = result.wait_for(kDeadline) == std::future_status::ready;
+  reader.join();
+  EXPECT_TRUE(returned) << "a signal before fi_cq_sread was lost";
+  EXPECT_EQ(result.get(), -FI_EAGAIN);
+  // Taken: the next read waits for its timeout again (a short one here).
+  fi_cq_tagged_entry e{};
+  EXPECT_EQ(fi_cq_sread(b_.rx, &e, 1, nullptr, 10), -FI_EAGAIN);
+}
+
 TEST_F(LoopbackAuto, DomainTakesAutoProgress) {
   EXPECT_EQ(info_->domain_attr->data_progress, FI_PROGRESS_AUTO);
 }
@@ -857,7 +1008,168 @@ TEST_F(Loopback, MalformedAddressIsNotInserted) {
   EXPECT_EQ(addr, FI_ADDR_NOTAVAIL);
 }
 
+TEST_F(Loopback, NoAddressAtAllIsRefusedNotRead) {
+  // What fabtests' negative test (fi_rdm g00n13s) does: fi_av_insert of the dest_addr of an
+  // fi_info that has none. It crashed in EndpointAddress::Decode.
+  fi_addr_t addr = 0;
+  EXPECT_EQ(fi_av_insert(a_.av, nullptr, 1, &addr, 0, nullptr), -FI_EINVAL);
+  EXPECT_EQ(fi_av_insert(a_.av, nullptr, 0, &addr, 0, nullptr), 0);
+  char text[64];
+  size_t len = sizeof(text);
+  EXPECT_STREQ(fi_av_straddr(a_.av, nullptr, text, &len), "metaroce://(invalid)");
+  EXPECT_EQ(fi_av_remove(a_.av, nullptr, 1, 0), -FI_EINVAL);
+  // The AV still works.
+  fi_addr_t again = FI_ADDR_NOTAVAIL;
+  EXPECT_EQ(fi_av_insert(a_.av, b_.name.data(), 1, &again, 0, nullptr), 1);
+  EXPECT_NE(again, FI_ADDR_NOTAVAIL);
+}
+
 // A TCP port nobody listens on (bound, then closed).
+uint16_t UnusedTcpPort();
+
+// fi_getinfo's hints as the fixture asks them.
+fi_info* ProviderHints() {
+  fi_info* hints = fi_allocinfo();
+  hints->caps = FI_MSG | FI_TAGGED;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->fabric_attr->prov_name = strdup("metaroce");
+  return hints;
+}
+
+TEST_F(Loopback, PeerNamedByNodeAndServiceIsReached) {
+  // fabtests' in-band addressing (fi_rdm, fi_rdm_pingpong without -E): the server opens its
+  // endpoint from fi_getinfo(NULL, service, FI_SOURCE); the client from fi_getinfo(node,
+  // service, 0), inserts the info's dest_addr and sends; the server learns the client's
+  // address from the message. fi_getinfo ignored node and service, so the client had no
+  // dest_addr (fi_av_insert of nothing: the crash) and the server listened on a random port.
+  const std::string service = std::to_string(UnusedTcpPort());
+  fi_info* hints = ProviderHints();
+  fi_info* server_info = nullptr;
+  fi_info* client_info = nullptr;
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, service.c_str(), FI_SOURCE, hints,
+                       &server_info), 0);
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", service.c_str(), 0, hints, &client_info),
+            0);
+  fi_freeinfo(hints);
+  ASSERT_NE(server_info->src_addr, nullptr) << "FI_SOURCE with a service gave no src_addr";
+  EXPECT_EQ(server_info->src_addrlen, kAddressBytes);
+  ASSERT_NE(client_info->dest_addr, nullptr) << "a node and service gave no dest_addr";
+  ASSERT_EQ(client_info->dest_addrlen, kAddressBytes);
+  EXPECT_NE(client_info->src_addr, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Open(c_, server_info));
+
+  // A (the client) names C (the server) by the dest_addr alone.
+  fi_addr_t server = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(a_.av, client_info->dest_addr, 1, &server, 0, nullptr), 1);
+  const std::vector<uint8_t> hello(a_.name.begin(), a_.name.end());  // A's name, in band
+  std::vector<uint8_t> got(kAddressBytes, 0);
+  fi_context rctx{}, sctx{};
+  ASSERT_EQ(fi_recv(c_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+  ASSERT_EQ(fi_send(a_.ep, hello.data(), hello.size(), nullptr, server, &sctx), 0);
+  const Completion s = WaitOne(a_.tx);
+  EXPECT_EQ(s.e.err, 0) << "the send to the server named by node and service failed";
+  const Completion r = WaitOne(c_.rx);
+  EXPECT_EQ(r.e.op_context, &rctx);
+  ASSERT_TRUE(got == hello);
+  // The server answers at the address it was told.
+  fi_addr_t client = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(c_.av, got.data(), 1, &client, 0, nullptr), 1);
+  const std::vector<uint8_t> answer = Pattern(20, 33);
+  std::vector<uint8_t> back(20, 0);
+  fi_context r2{}, s2{};
+  ASSERT_EQ(fi_recv(a_.ep, back.data(), back.size(), nullptr, FI_ADDR_UNSPEC, &r2), 0);
+  ASSERT_EQ(fi_send(c_.ep, answer.data(), answer.size(), nullptr, client, &s2), 0);
+  EXPECT_EQ(WaitOne(c_.tx).e.err, 0);
+  const Completion a = WaitOne(a_.rx);
+  EXPECT_EQ(a.e.op_context, &r2);
+  EXPECT_EQ(a.source, server) << "the answer's source is the server's AV entry";
+  EXPECT_TRUE(back == answer);
+  fi_freeinfo(server_info);
+  fi_freeinfo(client_info);
+}
+
+TEST_F(Loopback, SecondDomainOfTheProcessSharesTheEngine) {
+  // fabtests' fi_dom_test -n 2: the second fi_domain got -FI_ENODEV (the first owned the port:
+  // "bind UDP ... port 4792: Address already in use"). Both run on the process's one engine.
+  const int r = fi_domain(fabric_, info_, &domain2_, nullptr);
+  ASSERT_EQ(r, 0) << "second fi_domain: " << fi_strerror(-r);
+  ASSERT_NO_FATAL_FAILURE(Open(c_, nullptr, domain2_));
+  // A (domain 1) and C (domain 2) talk both ways.
+  fi_addr_t to_c = FI_ADDR_NOTAVAIL, to_a = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(a_.av, c_.name.data(), 1, &to_c, 0, nullptr), 1);
+  ASSERT_EQ(fi_av_insert(c_.av, a_.name.data(), 1, &to_a, 0, nullptr), 1);
+  for (auto [from, to, dest] : {std::tuple{&a_, &c_, to_c}, std::tuple{&c_, &a_, to_a}}) {
+    const std::vector<uint8_t> sent = Pattern(100000, 34);  // rendezvous: both directions' Writes
+    std::vector<uint8_t> got(sent.size(), 0);
+    fi_context rctx{}, sctx{};
+    ASSERT_EQ(fi_recv(to->ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+    ASSERT_EQ(fi_send(from->ep, sent.data(), sent.size(), nullptr, dest, &sctx), 0);
+    // Each domain's CQs progress their own domain only: read both until both complete.
+    Completion r, s;
+    bool have_r = false, have_s = false;
+    const Clock::time_point end = Clock::now() + kDeadline;
+    while (!(have_r && have_s) && Clock::now() < end) {
+      if (!have_r) have_r = ReadOne(to->rx, r);
+      if (!have_s) have_s = ReadOne(from->tx, s);
+    }
+    ASSERT_TRUE(have_r && have_s) << "the message between the domains did not complete";
+    EXPECT_EQ(r.e.err, 0);
+    EXPECT_EQ(s.e.err, 0);
+    EXPECT_TRUE(got == sent);
+  }
+  // Closing the second domain leaves the first one's engine running.
+  Close(&c_.ep->fid);
+  for (fid* f : {&c_.tx->fid, &c_.rx->fid, &c_.av->fid, &c_.send_cntr->fid, &c_.recv_cntr->fid}) {
+    Close(f);
+  }
+  c_ = Side{};
+  Close(&domain2_->fid);
+  domain2_ = nullptr;
+  SendAndComplete(a_, a_.peer, Pattern(16, 35), 2);
+}
+
+TEST_F(Loopback, PeerThatStartsListeningAfterTheSendIsReached) {
+  // fabtests starts its client a second after its server; a server whose engine took longer to
+  // open refused the client's set-up, and the send failed at once with FI_EHOSTUNREACH
+  // (fi_bw -U, fi_msg_inject -N in the fabtests run). A refused set-up is tried again until the
+  // set-up timeout.
+  const std::string service = std::to_string(UnusedTcpPort());
+  fi_info* hints = ProviderHints();
+  fi_info* server_info = nullptr;
+  fi_info* client_info = nullptr;
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, service.c_str(), FI_SOURCE, hints,
+                       &server_info), 0);
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", service.c_str(), 0, hints, &client_info),
+            0);
+  fi_freeinfo(hints);
+  fi_addr_t server = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(a_.av, client_info->dest_addr, 1, &server, 0, nullptr), 1);
+  const std::vector<uint8_t> sent = Pattern(24, 36);
+  fi_context sctx{};
+  ASSERT_EQ(fi_send(a_.ep, sent.data(), sent.size(), nullptr, server, &sctx), 0);
+  ExpectNothing(a_.tx);  // refused, and not given up
+  ASSERT_NO_FATAL_FAILURE(Open(c_, server_info));
+  std::vector<uint8_t> got(24, 0);
+  fi_context rctx{};
+  ASSERT_EQ(fi_recv(c_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+  const Completion s = WaitOne(a_.tx);
+  EXPECT_EQ(s.e.err, 0);
+  EXPECT_EQ(s.e.op_context, &sctx);
+  EXPECT_EQ(WaitOne(c_.rx).e.op_context, &rctx);
+  EXPECT_TRUE(got == sent);
+  fi_freeinfo(server_info);
+  fi_freeinfo(client_info);
+}
+
+TEST_F(Loopback, NodeThatDoesNotResolveFindsNothing) {
+  // fabtests' negative test, fi_rdm g00n13s.
+  fi_info* hints = ProviderHints();
+  fi_info* info = nullptr;
+  EXPECT_EQ(fi_getinfo(FI_VERSION(1, 17), "g00n13s", "9228", FI_NUMERICHOST, hints, &info),
+            -FI_ENODATA);
+  fi_freeinfo(hints);
+}
+
 uint16_t UnusedTcpPort() {
   const int s = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in sin{};
@@ -935,6 +1247,50 @@ TEST_F(Loopback, InjectDeliversWithoutASendCompletion) {
   EXPECT_TRUE(got == sent);
   EXPECT_EQ(WaitCounter(a_.send_cntr, 1), 1u);
   ExpectNothing(a_.tx);
+}
+
+TEST_F(Loopback, SendMsgWithTheInjectFlagStillCompletes) {
+  // fi_msg(3): FI_INJECT as an operation flag frees the buffer on return; the completion is
+  // still generated (fabtests' fi_msg_inject -A inject hung for it).
+  std::vector<uint8_t> data = Pattern(64, 29);
+  const std::vector<uint8_t> sent = data;
+  std::vector<uint8_t> got(64, 0);
+  fi_context rctx{}, sctx{};
+  ASSERT_EQ(fi_recv(b_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+  iovec iov{data.data(), data.size()};
+  void* desc = nullptr;
+  fi_msg m{};
+  m.msg_iov = &iov;
+  m.desc = &desc;
+  m.iov_count = 1;
+  m.addr = a_.peer;
+  m.context = &sctx;
+  ASSERT_EQ(fi_sendmsg(a_.ep, &m, FI_INJECT), 0);
+  std::fill(data.begin(), data.end(), 0);  // the buffer is the application's again at once
+  const Completion s = WaitOne(a_.tx);
+  EXPECT_EQ(s.e.err, 0);
+  EXPECT_EQ(s.e.op_context, &sctx);
+  EXPECT_EQ(WaitOne(b_.rx).e.op_context, &rctx);
+  EXPECT_TRUE(got == sent);
+}
+
+TEST_F(Loopback, TaggedSendMsgWithTheInjectFlagStillCompletes) {
+  std::vector<uint8_t> data = Pattern(kInjectSize, 30);
+  std::vector<uint8_t> got(kInjectSize, 0);
+  fi_context rctx{}, sctx{};
+  ASSERT_EQ(fi_trecv(b_.ep, got.data(), got.size(), nullptr, FI_ADDR_UNSPEC, 16, 0, &rctx), 0);
+  iovec iov{data.data(), data.size()};
+  void* desc = nullptr;
+  fi_msg_tagged m{};
+  m.msg_iov = &iov;
+  m.desc = &desc;
+  m.iov_count = 1;
+  m.addr = a_.peer;
+  m.tag = 16;
+  m.context = &sctx;
+  ASSERT_EQ(fi_tsendmsg(a_.ep, &m, FI_INJECT | FI_COMPLETION), 0);
+  EXPECT_EQ(WaitOne(a_.tx).e.op_context, &sctx);
+  EXPECT_EQ(WaitOne(b_.rx).e.op_context, &rctx);
 }
 
 TEST_F(Loopback, InjectAboveInjectSizeIsRefused) {

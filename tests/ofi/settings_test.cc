@@ -189,5 +189,41 @@ TEST_F(DaemonConfig, NoInterfacesWithoutTheFile) {
   EXPECT_THAT(InterfacesFromDaemonConfig(dir_ + "/absent.conf"), IsEmpty());
 }
 
+// ---- Offerable: fi_getinfo offers only what fi_domain can open ----
+
+Settings WithMode(Mode m, std::vector<std::string> interfaces = {}) {
+  Settings s;
+  s.mode = m;
+  s.interfaces = std::move(interfaces);
+  return s;
+}
+
+TEST(Offerable, NoDaemonAndNoInterfacesIsNotOffered) {
+  // The provider with no metaroced and no metaroced.conf: fi_info listed it, then fi_domain
+  // failed with -FI_ENODEV.
+  const absl::Status st = Offerable(WithMode(Mode::kAuto), "/run/x.sock", false, {});
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("FI_METAROCE_INTERFACES"));
+  EXPECT_THAT(st.message(), HasSubstr("/run/x.sock"));
+}
+
+TEST(Offerable, ADaemonSocketOffersAutoAndAttached) {
+  EXPECT_TRUE(Offerable(WithMode(Mode::kAuto), "/run/x.sock", true, {}).ok());
+  EXPECT_TRUE(Offerable(WithMode(Mode::kAttached), "/run/x.sock", true, {}).ok());
+}
+
+TEST(Offerable, AttachedWithoutASocketIsNotOffered) {
+  EXPECT_THAT(Offerable(WithMode(Mode::kAttached), "/run/x.sock", false, {"eth0"}).message(),
+              HasSubstr("start metaroced"));
+}
+
+TEST(Offerable, InterfacesFromTheEnvironmentOrTheConfigOfferEmbedded) {
+  EXPECT_TRUE(Offerable(WithMode(Mode::kEmbedded, {"pl0"}), "/run/x.sock", false, {}).ok());
+  EXPECT_TRUE(Offerable(WithMode(Mode::kEmbedded), "/run/x.sock", false, {"pl0"}).ok());
+  EXPECT_TRUE(Offerable(WithMode(Mode::kAuto), "/run/x.sock", false, {"pl0"}).ok());
+  EXPECT_FALSE(Offerable(WithMode(Mode::kEmbedded), "/run/x.sock", true, {}).ok())
+      << "embedded needs interfaces, whatever daemon runs";
+}
+
 }  // namespace
 }  // namespace metaroce::ofi
