@@ -195,6 +195,9 @@ const std::vector<FlagSpec>& Flags() {
        UnsignedSetter("ack-every", &ScenarioConfig::ack_every)},
       {"seed", "S", "seed of every random choice (default 1)",
        UnsignedSetter("seed", &ScenarioConfig::seed)},
+      {"quiet", "", "no progress lines on stderr (the pair model prints none; accepted so that "
+                    "one set of flags serves both models)",
+       BoolSetter("quiet", [](bool b, CommandLine& out) { out.quiet = b; })},
       {"json", "", "print the result as one JSON object",
        BoolSetter("json", [](bool b, CommandLine& out) { out.json = b; })},
       {"measure", "", "add measurements of the run to the result: wall-clock seconds of setup "
@@ -406,6 +409,9 @@ const std::vector<FlagSpec>& ClusterFlags() {
       {"queue-kb", "KIB", "output queue per switch port; tail drop beyond (lossy; default 512)",
        ClusterUnsigned("queue-kb", 1u << 30,
                        [](uint64_t n, ClusterConfig& c) { c.fabric.queue_bytes = n * 1024; })},
+      {"loss", "P", "random loss probability per packet on every link, both directions, as "
+                    "--loss in the pair model (default 0; a loss fault replaces it on its links)",
+       ClusterReal("loss", [](double x, ClusterConfig& c) { c.fabric.loss_probability = x; })},
       {"ecn-kb", "KIB", "CE-mark above this backlog (default 64)",
        ClusterUnsigned("ecn-kb", 1u << 30,
                        [](uint64_t n, ClusterConfig& c) { c.fabric.ecn_threshold_bytes = n * 1024; })},

@@ -21,7 +21,7 @@ struct CommandLine {
   bool cluster = false;  // --topology leaf-spine: cluster_config applies, config does not
   ClusterConfig cluster_config;
   bool json = false;
-  bool quiet = false;  // leaf-spine: no progress on stderr
+  bool quiet = false;  // no progress on stderr (only the leaf-spine model prints any)
   bool help = false;
 };
 

@@ -958,6 +958,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("fabric", f.lossless ? "lossless" : "lossy");
   w.Field("queue_kb", f.queue_bytes / 1024);
   w.Field("ecn_kb", f.ecn_threshold_bytes / 1024);
+  if (f.loss_probability > 0) w.Field("loss", f.loss_probability);
   w.Field("pfc_xoff_kb", f.pfc_xoff_bytes / 1024);
   w.Field("pfc_xon_kb", f.pfc_xon_bytes / 1024);
   w.Field("nic_queues", f.nic_control_first ? "control-first" : "fifo");

@@ -30,6 +30,9 @@ absl::Status LeafSpineConfig::Validate() const {
   if (!(host_gbps > 0) || !(fabric_gbps > 0)) return bad("leaf-spine: link rates must be > 0");
   if (hop_delay.count() < 0) return bad("leaf-spine: hop delay must be >= 0");
   if (reconvergence.count() < 0) return bad("leaf-spine: reconvergence must be >= 0");
+  if (!(loss_probability >= 0 && loss_probability <= 1)) {
+    return bad("leaf-spine: --loss must be in [0, 1]");
+  }
   if (queue_bytes < 2 * WireBytes(9000)) {
     return bad("leaf-spine: queue_bytes ", queue_bytes, " holds less than two jumbo frames");
   }
@@ -77,6 +80,7 @@ LeafSpineFabric::LeafSpineFabric(const LeafSpineConfig& config, EventQueue& queu
       p.peer_port = to;
       p.gbps = gbps;
       p.rng = Xoshiro256(DeriveSeed(config_.seed, kPortLossStream, from));
+      p.loss = config_.loss_probability;
     }
   };
   for (uint8_t plane = 0; plane < config_.planes; ++plane) {
@@ -412,7 +416,8 @@ absl::Status LeafSpineFabric::AddFault(const FabricFault& f) {
     case FabricFault::Kind::kLoss:
       at(f.window.begin, [this, p = f.loss_probability](uint32_t port) { ports_[port].loss = p; });
       if (f.window.end != core::kNever) {
-        at(f.window.end, [this](uint32_t port) { ports_[port].loss = 0; });
+        at(f.window.end,
+           [this](uint32_t port) { ports_[port].loss = config_.loss_probability; });
       }
       break;
     case FabricFault::Kind::kRateCut:

@@ -68,6 +68,10 @@ struct LeafSpineConfig {
   uint64_t pfc_xon_bytes = 48 * 1024;
   Duration reconvergence{0};  // 0: routing never drops a dead link
   bool nic_control_first = true;  // hosts' NICs send packets without data before queued data
+  // Random loss of every packet on every link (both directions), from the start: the pair
+  // model's --loss on every link of the cluster. A loss fault on a link replaces it there for
+  // the fault's window.
+  double loss_probability = 0;
   uint64_t seed = 1;
 
   uint32_t leaves() const { return (hosts + hosts_per_leaf - 1) / hosts_per_leaf; }

@@ -46,6 +46,18 @@ TEST(CliOptions_Parse, AckEveryInTheLeafSpineModelToo) {
   EXPECT_EQ(cl->cluster_config.ack_every, 16u);
 }
 
+// issue 36 §4: a flag that means the same in both models works in both.
+TEST(CliOptions_Parse, QuietAndLossInBothModels) {
+  auto pair = Parse({"--quiet", "--loss=0.02"});
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  EXPECT_TRUE(pair->quiet);
+  EXPECT_DOUBLE_EQ(pair->config.loss, 0.02);
+  auto cluster = Parse({"--topology=leaf-spine", "--quiet", "--loss=0.02"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_TRUE(cluster->quiet);
+  EXPECT_DOUBLE_EQ(cluster->cluster_config.fabric.loss_probability, 0.02);
+}
+
 TEST(CliOptions_Parse, GoBackNHasOneLogicalPath) {
   auto cl = Parse({"--transport=gbn", "--paths=8"});
   ASSERT_TRUE(cl.ok());

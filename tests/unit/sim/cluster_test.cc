@@ -143,6 +143,27 @@ TEST(Cluster_Faults, MetaRoceSurvivesASpineDyingMidRun) {
   EXPECT_GT(r->port_rotations, 0u);
 }
 
+// --loss: every link of the cluster drops packets at random, both directions (issue 36 §4: the
+// pair model's --loss, in the cluster too); the run still completes with every byte verified, and
+// a loss fault on one link replaces the uniform loss there only for its window.
+TEST(Cluster_Faults, UniformLossOnEveryLink) {
+  ClusterConfig c = Small(Workload::kPermutation);
+  c.fabric.loss_probability = 0.01;
+  absl::StatusOr<ClusterResult> r = RunCluster(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stop_reason, "done") << ClusterResultSummary(*r);
+  EXPECT_EQ(r->messages_failed, 0u);
+  EXPECT_EQ(r->data_errors, 0u);
+  EXPECT_GT(r->fabric.dropped[static_cast<size_t>(FabricDrop::kLoss)], 0u);
+  EXPECT_GT(r->fabric.data_dropped[static_cast<size_t>(FabricDrop::kLoss)], 0u);
+  c.fabric.loss_probability = 0;
+  absl::StatusOr<ClusterResult> clean = RunCluster(c);
+  ASSERT_TRUE(clean.ok());
+  EXPECT_EQ(clean->fabric.dropped[static_cast<size_t>(FabricDrop::kLoss)], 0u);
+  c.fabric.loss_probability = 1.5;
+  EXPECT_FALSE(RunCluster(c).ok());
+}
+
 // An incast into host 0 beside a permutation on a lossless fabric: the pauses it causes hold the
 // permutation's flows (victims, most of them not going to host 0), whose steps take longer than
 // without it; the incast itself keeps going until the permutation ends and is not in its figures.
