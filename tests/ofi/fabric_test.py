@@ -51,7 +51,10 @@ PINGPONG_ITERS = "20"       # per size; -S all goes to 6 MiB
 NP_TOP = 1048576            # NPopenmpi's upper bound
 NP_REPEATS = "20"           # NPopenmpi -n: a constant number of round trips per size
 ALLREDUCE_ITERS = "2"       # allreduce_check ITERS (sizes 1 .. 1M doubles)
-BLACKHOLE_ITERS = "16"      # longer (about 8 s), so that the blackhole lands mid-run
+BLACKHOLE_ITERS = "16"      # longer, so that the blackhole lands mid-run: 22-55 s on the 2-vCPU
+                            # machine with a build beside it (2026-12-07), 8 s alone earlier
+BLACKHOLE_TIMEOUT_S = 180   # ... so its hang timeout is longer than RUN_TIMEOUT_S: at 60 s a run
+                            # on a loaded machine (54.8 s with 76b4491's provider) was ended
 BLACKHOLE_AFTER_S = 3.0     # after mpirun starts (Open MPI's start-up takes ~1-2 s)
 RUN_TIMEOUT_S = 60          # a run that hangs: its processes are ended, the run fails
 METAROCE_PORT = 4792
@@ -269,16 +272,16 @@ def main():
                        "every size's data intact (%d of %d checks passed, %d failed)" %
                        (NP_TOP, NP_TOP // 2, passed, len(rows), failed))
 
-    def allreduce(label, what, iters, fault=None):
+    def allreduce(label, what, iters, fault=None, timeout=RUN_TIMEOUT_S):
         out_path = os.path.join(tmp, "%s.log" % label)
         hosts = list(range(HOSTS))
         ok_fault = True
         try:
             if fault is None:
-                rc, took = mpirun(label, hosts, [allreduce_check, iters], out_path)
+                rc, took = mpirun(label, hosts, [allreduce_check, iters], out_path, timeout)
             else:
                 with fault:
-                    rc, took = mpirun(label, hosts, [allreduce_check, iters], out_path)
+                    rc, took = mpirun(label, hosts, [allreduce_check, iters], out_path, timeout)
                 print("%s: %d packets dropped (the fault program's counters)" %
                       (fault.label, fault.dropped))
         except (harness.FaultNotProved, harness.SideThreadFailed) as e:
@@ -311,7 +314,8 @@ def main():
                   "(d) allreduce_check, spine 1 (both planes) blackholed mid-run: 0 errors",
                   BLACKHOLE_ITERS,
                   harness.SpineFault(fabric, 1, "blackhole", "on", udp_dport=METAROCE_PORT,
-                                     delay_s=BLACKHOLE_AFTER_S))
+                                     delay_s=BLACKHOLE_AFTER_S),
+                  timeout=BLACKHOLE_TIMEOUT_S)
         if daemon_bins:
             clear_xdp()
             os.chmod(tmp, 0o755)  # user nobody reaches the daemons' sockets through it
