@@ -26,13 +26,13 @@ def run_bench(mrsim, *args):
     return proc.returncode, doc
 
 
-def fake_mrsim(directory, document):
-    """An mrsim that prints this document for a cluster run and a state figure for the pair."""
+def fake_mrsim(directory, document, heap=1000):
+    """An mrsim that prints this document for a cluster run and `heap` as the pair's state."""
     path = os.path.join(directory, "mrsim")
     with open(path, "w") as f:
         f.write("#!/usr/bin/env python3\nimport json, sys\n"
                 "if '--measure' in sys.argv:\n"
-                "    print(json.dumps({'measured': {'core_heap_bytes_per_connection': 1000}}))\n"
+                f"    print(json.dumps({{'measured': {{'core_heap_bytes_per_connection': {heap}}}}}))\n"
                 f"else:\n    print(json.dumps({document!r}))\n")
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
     return path
@@ -58,6 +58,16 @@ class SprayBenchTest(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIsNone(doc["alltoall_128_vs_ideal"])
         self.assertTrue(any("data errors" in f for f in doc["failures"]))
+
+    def test_uncounted_heap_is_not_a_figure(self):
+        # Under a sanitizer mrsim counts no heap: 0 bytes must not pass the state target.
+        with tempfile.TemporaryDirectory() as d:
+            bad = fake_mrsim(d, {"stop_reason": "done", "messages_failed": 0, "data_errors": 0,
+                                 "vs_ideal": 0.9}, heap=0)
+            code, doc = run_bench(bad, "--only", "alltoall_128")
+        self.assertEqual(code, 1)
+        self.assertIsNone(doc["paths_256_idle_state_bytes"])
+        self.assertFalse(doc["passes"]["paths_256_idle_state_bytes"])
 
     def test_unfinished_run_fails_the_bench(self):
         with tempfile.TemporaryDirectory() as d:
