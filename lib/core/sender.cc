@@ -519,7 +519,7 @@ void Sender::SendNew(Instant now, SenderPath& path, PacketRef ref, uint32_t byte
   }
   if (path.pto_deadline == kNever) ArmPto(now, path);
   // [R5d] the connection's last packet for now: every path's tail is as long as it will get.
-  if (!MoreToSend()) ArmTailProbes();
+  if (!MoreToSend()) ArmTailProbes(now);
 }
 
 bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission,
@@ -702,10 +702,10 @@ void Sender::ArmPto(Instant now, SenderPath& path) {
   const Duration pto = std::max({path.rtt.ProbeTimeout(cfg_.min_probe_timeout),
                                  latest_rtt_ + 4 * path.rtt.rttvar(), 2 * peak_rtt_});
   path.pto_deadline = now + std::min(pto * (1u << backoff), cap);
-  ArmTailProbe(path, now);
+  ArmTailProbe(now, path, now);
 }
 
-void Sender::ArmTailProbe(SenderPath& path, Instant since) {
+void Sender::ArmTailProbe(Instant now, SenderPath& path, Instant since) {
   // [R5d] RACK-TLP's probe (RFC 8985 §7) for the tail a path's SACK gaps and its siblings'
   // overtaking cannot expose: the last packets the connection sent. Like RFC 8985's, it is due
   // two RTTs after the latest transmission or progress, with no floor; and, like RACK's reorder
@@ -721,19 +721,19 @@ void Sender::ArmTailProbe(SenderPath& path, Instant since) {
   // pull (data probes into a full link spiralled at 2,000 connections).
   const bool query = LossQueryAllowed(path);
   if (!query && !TailProbeAllowed(path)) return;
-  ArmTailProbeAllowed(path, since, query);
+  ArmTailProbeAllowed(now, path, since, query);
 }
 
-void Sender::ArmTailProbes() {
+void Sender::ArmTailProbes(Instant now) {
   // With nothing more to send, WaitingForPulls() is false (no path arms a loss query) and
   // TailProbesDue() is this: what is left of ArmTailProbe's tests is the path's own.
   if (!cfg_.tail_probes || cfg_.profile.recovery != RecoveryPolicy::kSelective) return;
   for (SenderPath& p : paths_) {
-    if (PathMayTailProbe(p)) ArmTailProbeAllowed(p, p.last_tx_at, false);
+    if (PathMayTailProbe(p)) ArmTailProbeAllowed(now, p, p.last_tx_at, false);
   }
 }
 
-void Sender::ArmTailProbeAllowed(SenderPath& path, Instant since, bool query) {
+void Sender::ArmTailProbeAllowed(Instant now, SenderPath& path, Instant since, bool query) {
   const Duration rtt = latest_rtt_ > Duration(0) ? latest_rtt_ : path.rtt.srtt();
   Instant due = since + 2 * rtt + cfg_.delayed_ack;
   if ((query ? path.loss_queries : path.tail_probes) == 0) {
@@ -742,7 +742,7 @@ void Sender::ArmTailProbeAllowed(SenderPath& path, Instant since, bool query) {
     }
   }
   path.loss_query_armed = query;
-  ArmTailProbeAt(path, due);
+  ArmTailProbeAt(now, path, due);
 }
 
 Instant Sender::OverdueAt(const SenderPath& path, const SentPacket& e) const {
@@ -780,7 +780,13 @@ bool Sender::TailProbeAllowed(const SenderPath& path) const {
   return PathMayTailProbe(path) && TailProbesDue();  // last: the costlier test
 }
 
-void Sender::ArmTailProbeAt(SenderPath& path, Instant due) {
+void Sender::ArmTailProbeAt(Instant now, SenderPath& path, Instant due) {
+  // A probe already overdue when it is armed goes at the next instant, not at one already past:
+  // the connection's last packet arms its siblings' probes from their own latest transmissions,
+  // and after OnTimer(now) no deadline may be at or before `now` (an owner would find the timer
+  // due again and again without its ever firing, for the entry point that armed it was the
+  // timer's own).
+  due = std::max(due, now + Duration(1));
   if (due < path.pto_deadline) {
     path.pto_deadline = due;
     path.tail_probe_armed = true;
@@ -1246,7 +1252,7 @@ void Sender::ProbeTailBehind(Instant now, SenderPath& path, Duration acked_srtt,
                           (e.ack_requested ? cfg_.delayed_ack : Duration(0));
   const Instant due = std::max(now, e.sent_at + (now - newest_sent) + margin);
   path.loss_query_armed = false;
-  ArmTailProbeAt(path, due);
+  ArmTailProbeAt(now, path, due);
 }
 
 void Sender::Hedge(Instant now, SenderPath& path) {

@@ -289,14 +289,14 @@ class Sender {
   // A clocked connection with more to send (its data waits on pulls) arms a loss query instead,
   // whenever the path's newest outstanding packet falls overdue: a PROBE, whose reply judges the
   // transmissions it followed (ResolveLossQuery). Up to kMaxTailProbes since progress too.
-  void ArmTailProbe(SenderPath& path, Instant since);
+  void ArmTailProbe(Instant now, SenderPath& path, Instant since);
   // ArmTailProbe of every path, each since its latest transmission, when the connection has just
   // sent its last packet for now (MoreToSend() false): the connection-wide tests (no loss
   // queries then, since nothing waits for pulls; tail probes on and selective) asked once, not
   // per path.
-  void ArmTailProbes();
+  void ArmTailProbes(Instant now);
   // ArmTailProbe past its tests: `query` says whether it arms a loss query or a tail probe.
-  void ArmTailProbeAllowed(SenderPath& path, Instant since, bool query);
+  void ArmTailProbeAllowed(Instant now, SenderPath& path, Instant since, bool query);
   // TailProbeAllowed: PathMayTailProbe (the path's probes, state and packets outstanding) and
   // TailProbesDue (the connection's: tail probes on, selective recovery, nothing more to send).
   bool TailProbeAllowed(const SenderPath& path) const;
@@ -312,8 +312,9 @@ class Sender {
   // A PROBE_REPLY answered the path's loss query: the transmissions it followed, overdue when it
   // went and still unacknowledged, are lost and retransmitted at once.
   void ResolveLossQuery(Instant now, SenderPath& path);
-  // Makes `due` the path's deadline, as a tail probe's, if it is earlier than the one armed.
-  void ArmTailProbeAt(SenderPath& path, Instant due);
+  // Makes `due` the path's deadline, as a tail probe's, if it is earlier than the one armed; a
+  // `due` at or before `now` becomes the next instant (now + 1 ns).
+  void ArmTailProbeAt(Instant now, SenderPath& path, Instant due);
   // The PSN a tail-loss probe resends ([R5] step 4, [R5d]): the highest outstanding one not
   // waiting for an RNR delay; next_psn when there is none.
   uint32_t TailProbePsn(Instant now, const SenderPath& path) const;
