@@ -725,11 +725,15 @@ void Sender::ArmTailProbe(Instant now, SenderPath& path, Instant since) {
 }
 
 void Sender::ArmTailProbes(Instant now) {
-  // With nothing more to send, WaitingForPulls() is false (no path arms a loss query) and
-  // TailProbesDue() is this: what is left of ArmTailProbe's tests is the path's own.
+  // With nothing more to send, the connection-wide tests are these: tail probes on, selective
+  // recovery, and whether the responder clocks it (then every path's probe is a loss query);
+  // what is left of ArmTailProbe's tests is the path's own.
   if (!cfg_.tail_probes || cfg_.profile.recovery != RecoveryPolicy::kSelective) return;
+  const bool query = Clocked();
   for (SenderPath& p : paths_) {
-    if (PathMayTailProbe(p)) ArmTailProbeAllowed(now, p, p.last_tx_at, false);
+    if (query ? PathMayQuery(p) : PathMayTailProbe(p)) {
+      ArmTailProbeAllowed(now, p, p.last_tx_at, query);
+    }
   }
 }
 
@@ -762,13 +766,23 @@ bool Sender::WaitingForPulls() const {
 
 bool Sender::LossQueryAllowed(const SenderPath& path) const {
   return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
-         WaitingForPulls() && path.loss_queries < kMaxTailProbes && !path.overtaken &&
-         path.outstanding() > 0 &&
+         Clocked() && (!MoreToSend() || WaitingForPulls()) && PathMayQuery(path);
+}
+
+bool Sender::PathMayQuery(const SenderPath& path) const {
+  return path.loss_queries < kMaxTailProbes && !path.overtaken && path.outstanding() > 0 &&
          (path.state == PathState::kActive || path.state == PathState::kSuspect);
 }
 
 bool Sender::TailProbesDue() const {
-  return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective && !MoreToSend();
+  // A clocked connection's tail asks with loss queries instead (TailQueriesDue).
+  return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
+         !MoreToSend() && !Clocked();
+}
+
+bool Sender::TailQueriesDue() const {
+  return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
+         !MoreToSend() && Clocked();
 }
 
 bool Sender::PathMayTailProbe(const SenderPath& path) const {
@@ -1229,7 +1243,7 @@ void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest
       other.pto_deadline = std::min(other.pto_deadline, now + cfg_.delayed_ack);
       continue;
     }
-    if (tail_probes == kUnknown) tail_probes = TailProbesDue() ? kDue : kNotDue;
+    if (tail_probes == kUnknown) tail_probes = TailProbesDue() || TailQueriesDue() ? kDue : kNotDue;
     if (tail_probes == kDue) ProbeTailBehind(now, other, acked_srtt, newest_sent);
   }
 }
@@ -1242,8 +1256,10 @@ void Sender::ProbeTailBehind(Instant now, SenderPath& path, Duration acked_srtt,
   // probe is due then, not an RTT later by its own path's smoothed RTT, which the queues of the
   // run's busy part still inflate (two hosts, 10 connections at 1 % loss: the last message waited
   // 9.8 us for the probe of a packet lost 0.7 us before four delivered siblings). A probe, not a
-  // verdict: the path's state and window do not change, and at most kMaxTailProbes go.
-  if (!PathMayTailProbe(path)) return;
+  // verdict: the path's state and window do not change, and at most kMaxTailProbes go. (A
+  // clocked connection's probe is a loss query, brought forward alike.)
+  const bool query = Clocked();
+  if (query ? !PathMayQuery(path) : !PathMayTailProbe(path)) return;
   const uint32_t newest = TailProbePsn(now, path);
   if (newest == path.next_psn) return;
   const SentPacket& e = path.at(newest);
@@ -1251,7 +1267,7 @@ void Sender::ProbeTailBehind(Instant now, SenderPath& path, Duration acked_srtt,
   const Duration margin = ReorderMargin(path, acked_srtt) -
                           (e.ack_requested ? cfg_.delayed_ack : Duration(0));
   const Instant due = std::max(now, e.sent_at + (now - newest_sent) + margin);
-  path.loss_query_armed = false;
+  path.loss_query_armed = query;
   ArmTailProbeAt(now, path, due);
 }
 

@@ -286,14 +286,14 @@ class Sender {
   // (an RTT after it went, plus ReorderMargin) or two RTTs after `since` (its latest
   // transmission, or the ACK that re-arms its deadline), whichever is first; each further probe
   // two RTTs after the one before.
-  // A clocked connection with more to send (its data waits on pulls) arms a loss query instead,
-  // whenever the path's newest outstanding packet falls overdue: a PROBE, whose reply judges the
-  // transmissions it followed (ResolveLossQuery). Up to kMaxTailProbes since progress too.
+  // A clocked connection, whether its data waits on pulls or it has nothing more to send, arms a
+  // loss query instead, whenever the path's newest outstanding packet falls overdue: a PROBE,
+  // whose reply judges the transmissions it followed (ResolveLossQuery). Up to kMaxTailProbes
+  // since progress too.
   void ArmTailProbe(Instant now, SenderPath& path, Instant since);
   // ArmTailProbe of every path, each since its latest transmission, when the connection has just
-  // sent its last packet for now (MoreToSend() false): the connection-wide tests (no loss
-  // queries then, since nothing waits for pulls; tail probes on and selective) asked once, not
-  // per path.
+  // sent its last packet for now (MoreToSend() false): the connection-wide tests (tail probes on
+  // and selective; loss queries when clocked) asked once, not per path.
   void ArmTailProbes(Instant now);
   // ArmTailProbe past its tests: `query` says whether it arms a loss query or a tail probe.
   void ArmTailProbeAllowed(Instant now, SenderPath& path, Instant since, bool query);
@@ -302,6 +302,12 @@ class Sender {
   bool TailProbeAllowed(const SenderPath& path) const;
   bool PathMayTailProbe(const SenderPath& path) const;
   bool TailProbesDue() const;
+  // A connection its responder clocks asks instead of guessing, at its tail as while it waits
+  // for pulls: LossQueryAllowed is PathMayQuery (the path's queries, state and packets
+  // outstanding), tail probes on and selective, clocked, and either nothing more to send
+  // (TailQueriesDue) or WaitingForPulls.
+  bool TailQueriesDue() const;
+  bool PathMayQuery(const SenderPath& path) const;
   bool LossQueryAllowed(const SenderPath& path) const;
   // Clocked, with more to send, no pull in hand and every pull owed: it may not send.
   bool WaitingForPulls() const;

@@ -1729,6 +1729,57 @@ TEST(Sender_Pull, AnOverdueOutstandingPacketIsQueriedWithAProbe) {
   }
 }
 
+// [R5d] At its tail too, a clocked connection asks rather than guesses: its last packets' probe
+// is a loss query, not a blind retransmission of data the responder did not pull (the
+// all-to-all of 128 hosts: 1,716 retransmissions, nearly all tail probes of packets merely
+// queued behind the pulls, and 26 tail drops; with the query 172 and none).
+TEST(Sender_Pull, ATailBehindThePullsIsQueriedNotProbedWithData) {
+  for (const bool arrived : {false, true}) {
+    SCOPED_TRACE(arrived ? "the packet arrived" : "the packet was lost");
+    ConnectionConfig c = PacedConfig();
+    c.tail_probes = true;
+    Requester r(c);
+    PullingResponder peer;
+    r.PostWrite(At(0 * kUs), 1, 4 * kMtu);  // the first goes alone, the other three on its pull
+    RunUntilSent(r);
+    const wire::Packet first = r.sink.packets()[0].packet;
+    r.sink.Clear();
+    r.Feed(At(50 * kUs), peer.Ack(first.path_id, 1, 0, PullingResponder::kAtOnce));
+    const std::vector<RecordedPacket> sent = r.sink.packets();
+    ASSERT_THAT(sent, SizeIs(3));  // everything: nothing more to send
+    r.sink.Clear();
+    for (size_t i = 0; i < 2; ++i) {
+      r.Feed(At(60 * kUs), peer.Ack(sent[i].packet.path_id, sent[i].packet.psn + 1,
+                                    sent[i].packet.psn));
+    }
+    ASSERT_THAT(r.sink.packets(), IsEmpty());
+    const wire::Packet last = sent[2].packet;  // its ACK never comes
+    const Instant due = r.conn.NextDeadline();
+    EXPECT_LT(due, At(150 * kUs));  // before the ordinary deadline (twice the peak RTT)
+    r.conn.OnTimer(due);
+    ASSERT_THAT(r.sink.packets(), SizeIs(1));
+    const wire::Packet probe = r.sink.packets()[0].packet;
+    EXPECT_EQ(probe.opcode, wire::Opcode::kProbe);
+    EXPECT_EQ(probe.path_id, last.path_id);
+    EXPECT_EQ(probe.psn, last.psn);  // the path's snd_una
+    EXPECT_EQ(r.conn.counters().loss_queries, 1u);
+    EXPECT_EQ(r.conn.counters().tail_probes, 0u);
+    r.sink.Clear();
+    wire::Packet reply = peer.Ack(probe.path_id, arrived ? last.psn + 1 : last.psn, probe.psn);
+    reply.flags |= wire::flags::kProbeReply;
+    r.Feed(due + 10 * kUs, reply);
+    if (arrived) {
+      EXPECT_THAT(r.Log(), IsEmpty());
+      EXPECT_EQ(r.conn.counters().gap_retransmits, 0u);
+    } else {
+      EXPECT_THAT(r.Log(), ElementsAre(HasSubstr("path " + std::to_string(last.path_id) +
+                                                 " WRITE psn " + std::to_string(last.psn))));
+      EXPECT_EQ(r.conn.counters().gap_retransmits, 1u);
+    }
+    EXPECT_EQ(r.conn.path_stats(last.path_id).state, PathState::kActive);
+  }
+}
+
 TEST(Sender_Pull, TheLastPacketAsksForNoPullAndALargerShareEndsTheClock) {
   Requester r(PacedConfig());
   PullingResponder peer;
