@@ -392,6 +392,7 @@ class Sender {
   std::vector<Instant> plane_progress_;  // [R5a] latest ACK with progress on a path of each plane
   Instant rnr_resume_at_ = kNever;  // earliest end of an RNR pause of some message
   bool failed_ = false;
+  std::optional<DcqcnRate> dcqcn_;  // [B3] the go-back-N profile's rate limiter
 };
 
 }  // namespace metaroce::core
