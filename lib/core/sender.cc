@@ -60,7 +60,7 @@ Sender::Sender(Connection& conn)
         return static_cast<double>(SplitMix64(seed) >> 11) * 0x1p-53;
       }()),
       plane_progress_(cfg_.plane_count, Instant{0}) {
-  if (cfg_.dcqcn) dcqcn_.emplace(*cfg_.dcqcn);
+  if (cfg_.dcqcn) dcqcn_ = std::make_unique<DcqcnRate>(*cfg_.dcqcn);
   // The spray starts on a path of the connection's own: connections set up together would
   // otherwise all put their first packets on path 0, whose queue then holds every one of them
   // (and whose timers expire on all of them at once). The default seed, 1, starts on path 0.
