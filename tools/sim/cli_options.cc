@@ -542,7 +542,7 @@ const std::vector<FlagSpec>& ClusterFlags() {
       {"receive-budget-kb", "KIB",
        "every host's receive budget, shared as window hints by the connections sending to it "
        "(default: its links of every plane x (the RTT through a spine + the responder's ACK "
-       "delay); 0: no hints)",
+       "delay); --cc none or dcqcn: 0; 0: no hints)",
        ClusterUnsigned("receive-budget-kb", uint64_t{1} << 32,
                        [](uint64_t n, ClusterConfig& c) { c.receive_budget_bytes = n * 1024; })},
       {"pull-rate-gbps", "GBPS",
