@@ -546,6 +546,9 @@ TEST_P(Cluster_Dcqcn, SendersConvergeToAFairShareWithTheQueueHeldBelowPfc) {
   const double xoff_kb = static_cast<double>(dcqcn.result.config.fabric.pfc_xoff_bytes) / 1024;
   EXPECT_LT(dcqcn.queue_kb_median, xoff_kb / 2) << "DCQCN holds the queue low";
   EXPECT_GT(none.queue_kb_median, xoff_kb) << "without CC the queue stands at PFC's limit";
+  // ... without starving the port: a rate control that held the queue low by collapsing the
+  // rates (or never recovering them) would pass the two checks above.
+  EXPECT_GT(dcqcn.result.vs_ideal, 0.75) << "DCQCN keeps host 0's link mostly busy";
   std::printf("[ dcqcn %2u ] jain %.4f (none %.4f), receiver queue median %.1f KiB (none %.1f), "
               "vs_ideal %.3f (none %.3f), cnps %llu, pause %.0f us (none %.0f)\n",
               senders, dcqcn.jain, none.jain, dcqcn.queue_kb_median, none.queue_kb_median,
