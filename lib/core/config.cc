@@ -46,6 +46,12 @@ absl::Status ConnectionConfig::Validate() const {
       profile.placement != PlacementPolicy::kInOrderOnly) {
     return bad("go-back-N recovery needs in-order placement");
   }
+  if (dcqcn && profile.recovery != RecoveryPolicy::kGoBackN) {
+    return bad("DCQCN is the go-back-N profile's rate control (baselines.md [B3])");
+  }
+  if (dcqcn && !(dcqcn->min_rate_gbps > 0 && dcqcn->min_rate_gbps <= dcqcn->line_rate_gbps)) {
+    return bad("DCQCN needs 0 < min rate <= line rate");
+  }
   if (min_cwnd_bytes == 0 || min_cwnd_bytes > max_cwnd_bytes || initial_window_bytes == 0) {
     return bad("congestion windows must satisfy 0 < min_cwnd <= max_cwnd and 0 < initial window");
   }

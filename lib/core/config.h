@@ -7,7 +7,10 @@
 #include <string_view>
 #include <vector>
 
+#include <optional>
+
 #include "absl/status/status.h"
+#include "lib/core/dcqcn.h"
 #include "lib/core/types.h"
 #include "lib/wire/packet.h"
 
@@ -101,6 +104,10 @@ struct ConnectionConfig {
   uint64_t connection_max_inflight_bytes = 64u << 20;
   double ecn_gain = 1.0 / 16;       // DCTCP g: weight of a new ECN fraction sample
   Duration target_queue_delay = std::chrono::microseconds(20);  // delay above min RTT tolerated
+  // RoCE as deployed (docs/spec/baselines.md [B3]), go-back-N profile only, the same on both ends:
+  // the responder sends CNPs, the requester paces its packets at DCQCN's rate (dcqcn.h). The
+  // window above still applies; a RoCE NIC has none, so pin it (min_cwnd = max_cwnd).
+  std::optional<DcqcnParams> dcqcn;
 
   // ACKs.
   uint32_t ack_every = 2;  // in-order packets per ACK on a path (gaps and ACK_REQ ACK at once)

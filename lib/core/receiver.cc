@@ -154,6 +154,9 @@ void Receiver::OnData(Instant now, const wire::Packet& p, const RxMeta& meta) {
   ReceiverPath& path = paths_[p.path_id];
   path.peer_port = meta.src_port;
   if (meta.ce) ++path.ce_count;
+  if (meta.ce && cfg_.dcqcn && cnp_limiter_.OnMarked(now, cfg_.dcqcn->cnp_interval)) {
+    cnp_owed_ = true;  // [B3] the ACK sent next (at once if this one is accepted)
+  }
   if (conn_.budget_ != nullptr) {
     conn_.budget_->OnData(now, conn_.activity_, static_cast<uint32_t>(p.payload.size()));  // cc §5
     // §6: every arrival took the link, accepted or not; the pacer counts those it did not pull.
@@ -338,7 +341,7 @@ void Receiver::AfterAccept(Instant now, uint16_t path_id, const wire::Packet& p,
   // packets. Packets arriving above a gap already reported are coalesced like in-order ones:
   // the requester learnt of the gap from the first ACK, and acking each of them (one ACK per
   // packet for a whole RTT after every loss) cost the peer more CPU than the loss itself.
-  if (!follows_top || (p.flags & wire::flags::kAckRequest) || pull_owed_ ||
+  if (!follows_top || (p.flags & wire::flags::kAckRequest) || pull_owed_ || cnp_owed_ ||
       ++path.unacked_in_order >= cfg_.ack_every) {
     SendAck(now, path_id, p.psn, 0);
   } else if (path.ack_deadline == kNever) {
@@ -368,7 +371,8 @@ void Receiver::SendAck(Instant now, uint16_t path_id, uint32_t trigger_psn, uint
   // The ACK is written straight from this state (no wire::Packet built and read back).
   wire::BaseFields h;
   h.opcode = wire::Opcode::kAck;
-  h.flags = flags | (pull_owed_ ? wire::flags::kPull : 0);
+  h.flags = flags | (pull_owed_ ? wire::flags::kPull : 0) | (cnp_owed_ ? wire::flags::kCnp : 0);
+  cnp_owed_ = false;
   if (conn_.budget_ != nullptr && conn_.budget_->pacer().enabled()) {
     h.flags |= wire::flags::kPulling;
   }

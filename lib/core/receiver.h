@@ -134,6 +134,9 @@ class Receiver {
   uint64_t reorder_bytes_ = 0;
   // The pacer granted the packet being processed a pull at once: its first ACK carries it.
   bool pull_owed_ = false;
+  // [B3] DCQCN: the notification point, and a CNP the next ACK carries.
+  CnpLimiter cnp_limiter_;
+  bool cnp_owed_ = false;
   uint8_t pulls_granted_ = 0;  // pulls granted on this connection, mod 256: every ACK's pull_seq
   uint32_t deliver_msg_ = 0;     // next (msg_seq, offset) to place in order
   uint32_t deliver_offset_ = 0;

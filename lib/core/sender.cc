@@ -60,6 +60,7 @@ Sender::Sender(Connection& conn)
         return static_cast<double>(SplitMix64(seed) >> 11) * 0x1p-53;
       }()),
       plane_progress_(cfg_.plane_count, Instant{0}) {
+  if (cfg_.dcqcn) dcqcn_ = std::make_unique<DcqcnRate>(*cfg_.dcqcn);
   // The spray starts on a path of the connection's own: connections set up together would
   // otherwise all put their first packets on path 0, whose queue then holds every one of them
   // (and whose timers expire on all of them at once). The default seed, 1, starts on path 0.
@@ -289,6 +290,10 @@ int Sender::PulledPath() const {
 
 SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked,
                              int preferred) {
+  if (dcqcn_ && !dcqcn_->MaySend(now)) {  // [B3] DCQCN's rate, before any window
+    pace_wakeup_ = std::min(pace_wakeup_, dcqcn_->NextSendAt());
+    return nullptr;
+  }
   if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
     return nullptr;
   }
@@ -618,6 +623,7 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
   meta.src_port = path.port;
   meta.dst_port = cfg_.udp_port;
   conn_.sink_.Transmit(meta, headers, payload);
+  if (dcqcn_) dcqcn_->OnSent(now, static_cast<uint32_t>(headers.size() + payload.size()));
   MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, psn, static_cast<uint8_t>(h.opcode),
             payload.size(), retransmission, meta.src_port, h.flags);
   ++path.stats.tx_packets;
@@ -926,6 +932,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   if (failed_) return;
   SenderPath& path = paths_[ack.path_id];
   ++conn_.counters_.acks_rcvd;
+  if (dcqcn_ && (ack.flags & wire::flags::kCnp)) dcqcn_->OnCnp(now);
   // congestion.md §5.1: the latest hint of an ACK or a NAK that passes the checks, on whichever
   // path, is the share of every path of the connection: it replaces the set-up offer of paths
   // that have had no ACK yet, and a path paced at one packet per many RTTs learns of a larger

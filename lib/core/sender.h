@@ -399,6 +399,8 @@ class Sender {
   std::vector<Instant> plane_progress_;  // [R5a] latest ACK with progress on a path of each plane
   Instant rnr_resume_at_ = kNever;  // earliest end of an RNR pause of some message
   bool failed_ = false;
+  // [B3] the go-back-N profile's rate limiter; on the heap, so other connections pay a pointer.
+  std::unique_ptr<DcqcnRate> dcqcn_;
 };
 
 }  // namespace metaroce::core

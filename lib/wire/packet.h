@@ -79,8 +79,12 @@ inline constexpr uint16_t kPulled = 1u << 6;
 inline constexpr uint16_t kPull = 1u << 7;
 // ACK: the responder pulls: a paced requester sends its new data on pulls from now on (§6).
 inline constexpr uint16_t kPulling = 1u << 8;
+// ACK, go-back-N profile with DCQCN only: a congestion notification (RoCEv2's CNP): a CE-marked
+// data packet arrived and the responder's CNP interval had passed (docs/spec/baselines.md [B3]).
+inline constexpr uint16_t kCnp = 1u << 9;
 inline constexpr uint16_t kKnownMask = kAckRequest | kRetransmit | kFiller | kWantsPull |
-                                       kDelayedAck | kProbeReply | kPulled | kPull | kPulling;
+                                       kDelayedAck | kProbeReply | kPulled | kPull | kPulling |
+                                       kCnp;
 }  // namespace flags
 
 // AckHeader.syndrome: ACK, or the reason a packet was refused (NAK).

@@ -55,8 +55,8 @@ SYNDROMES = {0: "ACK", 1: "RNR_NAK", 2: "SEQ_ERR_NAK", 3: "REM_ACCESS_NAK", 4: "
 FLAG_BITS = [("ack_req", 0x0001), ("retransmit", 0x0002), ("filler", 0x0004),
              ("wants_pull", 0x0008), ("delayed_ack", 0x0010), ("probe_reply", 0x0020),
              ("pulled", 0x0040), ("pull", 0x0080),
-         ("pulling", 0x0100)]
-RESERVED_FLAGS = 0xfe00
+         ("pulling", 0x0100), ("cnp", 0x0200)]
+RESERVED_FLAGS = 0xfc00
 EXPERTS = ["truncated", "bad_version", "bad_opcode", "length_mismatch", "bad_range",
            "bad_syndrome", "reserved_nonzero"]
 
@@ -419,7 +419,7 @@ def crafted_test(ts, tmp):
               (dp, "metaroce.base.flags.pull", "1"), (dp, "metaroce.ack.pull_seq", "255"),
               (dp, "metaroce.base.flags.delayed_ack", "1"),
               (dp, "metaroce.base.flags.pulling", "1"), (pl, "metaroce.base.flags.pulling", "0"),
-              (allf, "metaroce.base.flags.reserved", "0xfe00")]
+              (allf, "metaroce.base.flags.reserved", "0xfc00")]
     for got, name, want in golden:
         if ";".join(got.get(name, [])) != want:
             problems.append("spelled out: %s is %r, expected %s" % (name, got.get(name), want))
@@ -427,7 +427,7 @@ def crafted_test(ts, tmp):
     for desc, words in [("WANTS_PULL | PULLED", "[WANTS_PULL,PULLED]"),
                         ("deferred pull, pull_seq 255", "[DELAYED_ACK,PULL,PULLING]"),
                         ("every flag bit", "[ACK_REQ,RETRANSMIT,FILLER,WANTS_PULL,DELAYED_ACK,"
-                         "PROBE_REPLY,PULLED,PULL,PULLING]")]:
+                         "PROBE_REPLY,PULLED,PULL,PULLING,CNP]")]:
         info = shown.get(index[desc], {}).get("_ws.col.Info", "")
         if words not in info:
             problems.append("crafted %r: Info %r lacks %s" % (desc, info, words))

@@ -412,9 +412,48 @@ const std::vector<FlagSpec>& ClusterFlags() {
       {"loss", "P", "random loss probability per packet on every link, both directions, as "
                     "--loss in the pair model (default 0; a loss fault replaces it on its links)",
        ClusterReal("loss", [](double x, ClusterConfig& c) { c.fabric.loss_probability = x; })},
-      {"ecn-kb", "KIB", "CE-mark above this backlog (default 64)",
-       ClusterUnsigned("ecn-kb", 1u << 30,
-                       [](uint64_t n, ClusterConfig& c) { c.fabric.ecn_threshold_bytes = n * 1024; })},
+      {"ecn-kb", "KIB", "CE-mark above this backlog (default 64; --cc dcqcn: see --ecn-red)",
+       UnsignedInto("ecn-kb", 1u << 30,
+                    [](uint64_t n, CommandLine& out) {
+                      out.cluster_config.fabric.ecn_threshold_bytes = n * 1024;
+                      out.ecn_marking_set = true;
+                    })},
+      {"ecn-red", "KMIN:KMAX:PMAX",
+       "RED-like marking: above KMIN KiB with a probability rising to PMAX at KMAX KiB, all "
+       "above (default: step marking at --ecn-kb; --cc dcqcn: 5:200:0.01, the DCQCN paper's)",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         const std::vector<absl::string_view> parts = absl::StrSplit(v, ':');
+         uint64_t kmin = 0, kmax = 0;
+         double pmax = 0;
+         if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &kmin) ||
+             !absl::SimpleAtoi(parts[1], &kmax) || !absl::SimpleAtod(parts[2], &pmax) ||
+             !(pmax > 0 && pmax <= 1) || kmin >= kmax || kmax > (1u << 30)) {
+           return BadValue("ecn-red", v, "KMIN:KMAX:PMAX, KiB, KMIN < KMAX, 0 < PMAX <= 1");
+         }
+         LeafSpineConfig& f = out.cluster_config.fabric;
+         f.ecn_threshold_bytes = kmin * 1024;
+         f.ecn_kmax_bytes = kmax * 1024;
+         f.ecn_pmax = pmax;
+         out.ecn_marking_set = true;
+         return absl::OkStatus();
+       }},
+      {"cc", "window|none|dcqcn",
+       "congestion control: the core's per-path window (default), none (no window, no receive "
+       "budget hints: line rate, held back by PFC or drops) or dcqcn (none plus DCQCN's rate, "
+       "go-back-N only: RoCE as deployed)",
+       [](absl::string_view v, CommandLine& out) -> absl::Status {
+         ClusterConfig& c = out.cluster_config;
+         if (v == "window") {
+           c.cc = CongestionKind::kWindow;
+         } else if (v == "none") {
+           c.cc = CongestionKind::kNone;
+         } else if (v == "dcqcn") {
+           c.cc = CongestionKind::kDcqcn;
+         } else {
+           return BadValue("cc", v, "window, none or dcqcn");
+         }
+         return absl::OkStatus();
+       }},
       {"fabric", "lossy|lossless", "lossless: PFC on every switch port, no tail drop (default lossy)",
        [](absl::string_view v, CommandLine& out) -> absl::Status {
          if (v != "lossy" && v != "lossless") return BadValue("fabric", v, "lossy or lossless");
@@ -503,7 +542,7 @@ const std::vector<FlagSpec>& ClusterFlags() {
       {"receive-budget-kb", "KIB",
        "every host's receive budget, shared as window hints by the connections sending to it "
        "(default: its links of every plane x (the RTT through a spine + the responder's ACK "
-       "delay); 0: no hints)",
+       "delay); --cc none or dcqcn: 0; 0: no hints)",
        ClusterUnsigned("receive-budget-kb", uint64_t{1} << 32,
                        [](uint64_t n, ClusterConfig& c) { c.receive_budget_bytes = n * 1024; })},
       {"pull-rate-gbps", "GBPS",
@@ -598,6 +637,13 @@ absl::StatusOr<CommandLine> ParseCommandLine(std::span<const char* const> args) 
       }
     }
     if (absl::Status s = spec->set(*value, out); !s.ok()) return s;
+  }
+  if (out.cluster && out.cluster_config.cc == CongestionKind::kDcqcn && !out.ecn_marking_set) {
+    // DCQCN's switches mark RED-like: the paper's Kmin 5 KB, Kmax 200 KB, Pmax 1 % (KiB here).
+    LeafSpineConfig& f = out.cluster_config.fabric;
+    f.ecn_threshold_bytes = 5 * 1024;
+    f.ecn_kmax_bytes = 200 * 1024;
+    f.ecn_pmax = 0.01;
   }
   if (!out.help) {
     if (absl::Status s = out.cluster ? out.cluster_config.Validate() : out.config.Validate();

@@ -20,6 +20,7 @@ struct CommandLine {
   ScenarioConfig config;
   bool cluster = false;  // --topology leaf-spine: cluster_config applies, config does not
   ClusterConfig cluster_config;
+  bool ecn_marking_set = false;  // --ecn-kb or --ecn-red given: --cc dcqcn keeps that marking
   bool json = false;
   bool quiet = false;  // no progress on stderr (only the leaf-spine model prints any)
   bool help = false;

@@ -286,6 +286,16 @@ absl::Status Cluster::Setup() {
       base.profile = ProfileOf(config_.transport, config_.reorder_buffer_kb);
       base.mtu = config_.mtu;
       base.ack_every = config_.ack_every;
+      if (config_.cc != CongestionKind::kWindow) {
+        // A RoCE NIC keeps no window: pinned at its largest it never binds.
+        base.min_cwnd_bytes = base.initial_window_bytes = base.max_cwnd_bytes;
+      }
+      if (config_.cc == CongestionKind::kDcqcn) {
+        core::DcqcnParams dcqcn;  // the defaults are HPCC's (tools/sim/README.md)
+        dcqcn.line_rate_gbps = config_.fabric.host_gbps;
+        dcqcn.overhead_bytes = kWireOverheadBytes;
+        base.dcqcn = dcqcn;
+      }
       core::ConnectionConfig on_req = base, on_resp = base;
       on_req.local_conn_id = static_cast<uint32_t>(hosts_[src].conn_of_local_id.size() + 1);
       on_resp.local_conn_id = static_cast<uint32_t>(hosts_[dst].conn_of_local_id.size() + 1);
@@ -403,6 +413,11 @@ void Cluster::OnTransmit(uint32_t host, const core::TxMeta& meta,
   p.src_port = meta.src_port;
   p.dst_port = meta.dst_port;
   p.data = headers.size() > 1 && wire::IsData(static_cast<wire::Opcode>(headers[1]));
+  if (config_.cc == CongestionKind::kDcqcn && !p.data && headers.size() >= 4) {
+    const uint16_t flags = static_cast<uint16_t>(std::to_integer<uint16_t>(headers[2]) << 8 |
+                                                 std::to_integer<uint16_t>(headers[3]));  // BE
+    if (flags & wire::flags::kCnp) ++result_.cnps;
+  }
   // Payload from the source pattern (immutable for the run) travels by reference: a packet in
   // flight holds its headers only. Anything else (none today) is copied.
   const bool in_pattern = !payload.empty() && payload.data() >= pattern_.data() &&
@@ -874,6 +889,7 @@ core::ReceiveBudgetConfig ClusterConfig::HostBudget() const {
 
 uint64_t ClusterConfig::ReceiveBudgetBytes() const {
   if (receive_budget_bytes) return *receive_budget_bytes;
+  if (cc != CongestionKind::kWindow) return 0;  // RoCE as deployed: no receiver hints
   // A route through a spine: 4 hops each way, a packet's serialization at each of the 4 hops out.
   const double mtu_wire = static_cast<double>(mtu + wire::kDataHeadersSize + kWireOverheadBytes);
   const double rtt_ns = 8 * static_cast<double>(fabric.hop_delay.count()) +
@@ -916,7 +932,19 @@ absl::Status ClusterConfig::Validate() const {
     return bad("--reorder-buffer-kb must hold at least one --mtu");
   }
   if (ack_every < 1) return bad("--ack-every must be >= 1");
+  if (cc == CongestionKind::kDcqcn && transport != TransportKind::kGoBackN) {
+    return bad("--cc dcqcn is the go-back-N profile's rate control: add --transport gbn");
+  }
   return absl::OkStatus();
+}
+
+std::string_view CongestionName(CongestionKind k) {
+  switch (k) {
+    case CongestionKind::kWindow: return "window";
+    case CongestionKind::kNone: return "none";
+    case CongestionKind::kDcqcn: return "dcqcn";
+  }
+  return "?";
 }
 
 absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config) {
@@ -958,6 +986,10 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("fabric", f.lossless ? "lossless" : "lossy");
   w.Field("queue_kb", f.queue_bytes / 1024);
   w.Field("ecn_kb", f.ecn_threshold_bytes / 1024);
+  if (f.ecn_pmax > 0) {  // RED; absent with step marking, so older runs' JSON stands
+    w.Field("ecn_kmax_kb", f.ecn_kmax_bytes / 1024);
+    w.Field("ecn_pmax", f.ecn_pmax);
+  }
   if (f.loss_probability > 0) w.Field("loss", f.loss_probability);
   w.Field("pfc_xoff_kb", f.pfc_xoff_bytes / 1024);
   w.Field("pfc_xon_kb", f.pfc_xon_bytes / 1024);
@@ -965,6 +997,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("reconverge_us", static_cast<double>(f.reconvergence.count()) / 1000.0);
   w.Field("faults", uint64_t{c.faults.size()});
   w.Field("transport", TransportName(c.transport));
+  if (c.cc != CongestionKind::kWindow) w.Field("cc", CongestionName(c.cc));  // as ecn_pmax
   w.Field("paths", c.EffectivePaths());
   w.Field("conns_per_pair", c.connections_per_pair);
   w.Field("mtu", c.mtu);
@@ -1017,6 +1050,7 @@ std::string ClusterResultToJson(const ClusterResult& r) {
   w.Field("no_route", r.fabric.dropped[static_cast<size_t>(FabricDrop::kNoRoute)]);
   w.EndObject();
   w.Field("ce_marked", r.fabric.ce_marked);
+  if (c.cc == CongestionKind::kDcqcn) w.Field("cnps", r.cnps);
   w.BeginObject("pfc");
   w.Field("pauses", r.fabric.pauses);
   w.Field("paused_us", static_cast<double>(r.fabric.paused_ns) / 1000.0);

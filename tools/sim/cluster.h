@@ -92,11 +92,24 @@ enum class Workload : uint8_t { kPair, kPermutation, kIncast, kAllToAll, kAllRed
 std::string_view WorkloadName(Workload w);
 absl::StatusOr<Workload> ParseWorkload(std::string_view name);
 
+// The connections' congestion control (`--cc`):
+//   window  the core's per-path window (docs/spec/congestion.md), whatever the profile, with every
+//           host's receive budget hints
+//   none    no congestion control: the window pinned at its largest (the SACK window's 256 packets
+//           bind first) and no receive budget hints, so each connection sends at line rate and
+//           only PFC (or drops) hold it back
+//   dcqcn   none plus DCQCN's rate (lib/core/dcqcn.h; go-back-N only): RoCE as deployed
+//           (docs/spec/baselines.md §3). Unless --ecn-kb or --ecn-red says otherwise, switches
+//           mark RED-like with the paper's Kmin 5 KiB, Kmax 200 KiB, Pmax 1 % (tools/sim/README.md)
+enum class CongestionKind : uint8_t { kWindow, kNone, kDcqcn };
+std::string_view CongestionName(CongestionKind k);
+
 struct ClusterConfig {
   LeafSpineConfig fabric;
   std::vector<FabricFault> faults;
 
   TransportKind transport = TransportKind::kMetaRoce;
+  CongestionKind cc = CongestionKind::kWindow;
   uint16_t paths = 8;  // logical paths per connection (go-back-N: 1)
   uint32_t connections_per_pair = 1;
   uint32_t mtu = 4096;
@@ -198,6 +211,7 @@ struct ClusterResult {
   uint64_t hedged_packets = 0;
   uint64_t timeouts = 0;
   uint64_t loss_queries = 0;  // PROBEs asking whether overdue packets arrived (not data)
+  uint64_t cnps = 0;  // --cc dcqcn: ACKs the responders sent as CNPs (wire::flags::kCnp)
   // Incast figures (cluster.h's header).
   uint64_t workload_bytes_placed = 0;  // payload of the workload's messages (not background)
   uint64_t paths_failed = 0;

@@ -17,7 +17,7 @@ int64_t ToPs(Instant t) { return t.ns * kPsPerNs; }
 Instant CeilToInstant(int64_t ps) { return Instant{(ps + kPsPerNs - 1) / kPsPerNs}; }
 
 // Random streams of the fabric, derived from its seed.
-enum : uint64_t { kEcmpStream = 11, kPortLossStream = 12 };
+enum : uint64_t { kEcmpStream = 11, kPortLossStream = 12, kRedStream = 13 };
 
 }  // namespace
 
@@ -36,6 +36,9 @@ absl::Status LeafSpineConfig::Validate() const {
   if (queue_bytes < 2 * WireBytes(9000)) {
     return bad("leaf-spine: queue_bytes ", queue_bytes, " holds less than two jumbo frames");
   }
+  if (ecn_pmax != 0 && !(ecn_pmax > 0 && ecn_pmax <= 1 && ecn_kmax_bytes > ecn_threshold_bytes)) {
+    return bad("leaf-spine: RED marking needs 0 < pmax <= 1 and kmin < kmax");
+  }
   if (lossless && !(pfc_xon_bytes < pfc_xoff_bytes)) {
     return bad("leaf-spine: PFC XON (", pfc_xon_bytes, ") must be below XOFF (", pfc_xoff_bytes,
                ")");
@@ -47,7 +50,8 @@ absl::Status LeafSpineConfig::Validate() const {
 
 LeafSpineFabric::LeafSpineFabric(const LeafSpineConfig& config, EventQueue& queue,
                                  DeliverFn deliver)
-    : config_(config), queue_(queue), deliver_(std::move(deliver)) {
+    : config_(config), queue_(queue), deliver_(std::move(deliver)),
+      red_rng_(DeriveSeed(config.seed, kRedStream)) {
   const uint32_t H = config_.hosts, K = config_.hosts_per_leaf, S = config_.spines;
   const uint32_t L = config_.leaves();
   nodes_.resize(uint64_t{config_.planes} * NodesPerPlane());
@@ -188,6 +192,15 @@ void LeafSpineFabric::Send(FabricPacket packet) {
   Enqueue(node, nodes_[node].first_port, slot);
 }
 
+bool LeafSpineFabric::EcnMarks(uint64_t backlog) {
+  const uint64_t kmin = config_.ecn_threshold_bytes;
+  if (config_.ecn_pmax == 0 || backlog <= kmin) return backlog > kmin;
+  if (backlog >= config_.ecn_kmax_bytes) return true;
+  const double p = config_.ecn_pmax * static_cast<double>(backlog - kmin) /
+                   static_cast<double>(config_.ecn_kmax_bytes - kmin);
+  return red_rng_.NextUnit() < p;
+}
+
 void LeafSpineFabric::Enqueue(uint32_t node, uint32_t port, uint32_t slot) {
   Port& q = ports_[port];
   Slot& s = slots_[slot];
@@ -200,7 +213,7 @@ void LeafSpineFabric::Enqueue(uint32_t node, uint32_t port, uint32_t slot) {
       Drop(port, slot, FabricDrop::kTail);
       return;
     }
-    if (q.backlog_bytes > config_.ecn_threshold_bytes && !s.packet.ce) {
+    if (!s.packet.ce && EcnMarks(q.backlog_bytes)) {
       s.packet.ce = true;
       ++q.counters.ce_marked;
     }

@@ -14,7 +14,9 @@
 //
 // Ports. Every device has an output queue per link, served FIFO at the link's rate (serialization
 // tracked in picoseconds, so it does not drift). A packet finds its queue's backlog at enqueue:
-// CE-marked above ecn_threshold_bytes; in a lossy fabric, tail-dropped when backlog + packet
+// CE-marked above ecn_threshold_bytes (or, with ecn_pmax > 0, RED-like: above it with a
+// probability rising linearly to ecn_pmax at ecn_kmax_bytes, always above that, drawn from a
+// random stream of the fabric's own); in a lossy fabric, tail-dropped when backlog + packet
 // exceeds queue_bytes (hosts' NIC queues never drop: the transport's window is their bound).
 // A host's NIC has two transmit queues, as NICs have per traffic class: packets without data
 // (ACKs, probes and their replies) go ahead of data queued there (nic_control_first), so that a
@@ -62,7 +64,9 @@ struct LeafSpineConfig {
   double fabric_gbps = 100;
   Duration hop_delay = std::chrono::microseconds(1);
   uint64_t queue_bytes = 512 * 1024;  // per output queue (lossy fabric)
-  uint64_t ecn_threshold_bytes = 64 * 1024;
+  uint64_t ecn_threshold_bytes = 64 * 1024;  // RED: kmin
+  uint64_t ecn_kmax_bytes = 0;  // RED (ecn_pmax > 0): the backlog marked with ecn_pmax, above: all
+  double ecn_pmax = 0;          // 0: every packet above ecn_threshold_bytes is marked
   bool lossless = false;
   uint64_t pfc_xoff_bytes = 96 * 1024;  // per ingress link
   uint64_t pfc_xon_bytes = 48 * 1024;
@@ -261,6 +265,8 @@ class LeafSpineFabric {
   uint32_t NewSlot(FabricPacket packet);
   void FreeSlot(uint32_t slot);
   bool IsSwitch(uint32_t node) const { return node % NodesPerPlane() >= config_.hosts; }
+  // A packet that finds `backlog` bytes queued is CE-marked (step or RED, LeafSpineConfig).
+  bool EcnMarks(uint64_t backlog);
 
   LeafSpineConfig config_;
   EventQueue& queue_;
@@ -279,6 +285,7 @@ class LeafSpineFabric {
   uint64_t max_switch_buffer_ = 0;
   uint64_t route_changes_ = 0;
   uint32_t routed_down_links_ = 0;  // fast path: no routing exceptions at all
+  Xoshiro256 red_rng_{1};  // RED marking's draws
 };
 
 }  // namespace metaroce::sim

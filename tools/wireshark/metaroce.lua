@@ -12,7 +12,7 @@
 -- (metaroce.ack.sack.count, one metaroce.ack.sack.psn per acknowledged PSN, and
 -- metaroce.ack.sack.ranges). The parser's validity checks (spec section 9, checks 1-8) become
 -- expert infos (metaroce.expert.*): truncated, bad version, bad opcode, length mismatch, bad range
--- and bad syndrome are PI_MALFORMED errors; reserved flag bits that are set (bits 9-15) are a
+-- and bad syndrome are PI_MALFORMED errors; reserved flag bits that are set (bits 10-15) are a
 -- PI_PROTOCOL warning. The dissector never reads outside the captured bytes, so a malformed or
 -- truncated packet is flagged, not thrown on.
 --
@@ -63,7 +63,8 @@ local FLAG_PROBE_REPLY = 0x0020
 local FLAG_PULLED = 0x0040
 local FLAG_PULL = 0x0080
 local FLAG_PULLING = 0x0100
-local FLAG_RESERVED = 0xfe00  -- bits 9-15
+local FLAG_CNP = 0x0200  -- go-back-N with DCQCN (baselines.md [B3])
+local FLAG_RESERVED = 0xfc00  -- bits 10-15
 local flag_list = {
   { FLAG_ACK_REQ, "ACK_REQ" },
   { FLAG_RETRANSMIT, "RETRANSMIT" },
@@ -74,6 +75,7 @@ local flag_list = {
   { FLAG_PULLED, "PULLED" },
   { FLAG_PULL, "PULL" },
   { FLAG_PULLING, "PULLING" },
+  { FLAG_CNP, "CNP" },
 }
 
 local f = {
@@ -103,8 +105,11 @@ local f = {
   flag_pulling = ProtoField.bool("metaroce.base.flags.pulling",
                                  "PULLING (the responder pulls: paced requesters send on pulls)", 16,
                                  nil, FLAG_PULLING),
-  -- flags & 0xfe00, unshifted (a masked field would be shifted down by 9 bits).
-  flag_reserved = ProtoField.uint16("metaroce.base.flags.reserved", "Reserved bits (mask 0xfe00)",
+  flag_cnp = ProtoField.bool("metaroce.base.flags.cnp",
+                             "CNP (congestion notification: DCQCN, go-back-N profile)", 16, nil,
+                             FLAG_CNP),
+  -- flags & 0xfc00, unshifted (a masked field would be shifted down by 10 bits).
+  flag_reserved = ProtoField.uint16("metaroce.base.flags.reserved", "Reserved bits (mask 0xfc00)",
                                     base.HEX),
   dest_conn = ProtoField.uint32("metaroce.base.dest_conn", "Destination connection", base.DEC),
   path_id = ProtoField.uint16("metaroce.base.path_id", "Path ID", base.DEC),
@@ -139,7 +144,7 @@ local f = {
 metaroce.fields = {
   f.version, f.opcode, f.flags, f.flag_ack_req, f.flag_retransmit, f.flag_filler,
   f.flag_wants_pull, f.flag_delayed_ack, f.flag_probe_reply, f.flag_pulled, f.flag_pull, f.flag_pulling,
-  f.flag_reserved, f.dest_conn, f.path_id, f.payload_len, f.psn, f.token,
+  f.flag_cnp, f.flag_reserved, f.dest_conn, f.path_id, f.payload_len, f.psn, f.token,
   f.msg_seq, f.msg_len, f.offset, f.rkey, f.remote_addr, f.recv_seq, f.imm, f.payload,
   f.cum_psn, f.ack_psn, f.ce_count, f.window_hint, f.syndrome, f.pull_seq, f.rnr_delay_us,
   f.ack_msg_seq, f.sack, f.sack_count, f.sack_psn, f.sack_ranges,
@@ -224,6 +229,7 @@ local function dissect_base(tvb, tree, caplen)
     fi:add(f.flag_pulled, tvb(2, 2))
     fi:add(f.flag_pull, tvb(2, 2))
     fi:add(f.flag_pulling, tvb(2, 2))
+    fi:add(f.flag_cnp, tvb(2, 2))
     local reserved = bit.band(tvb(2, 2):uint(), FLAG_RESERVED)
     local ri = fi:add(f.flag_reserved, tvb(2, 2), reserved)
     if reserved ~= 0 then

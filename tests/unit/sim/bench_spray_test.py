@@ -45,6 +45,7 @@ class SprayBenchTest(unittest.TestCase):
         self.assertGreater(doc["alltoall_128_vs_ideal"], 0.3)
         self.assertLessEqual(doc["alltoall_128_vs_ideal"], 1.0)
         self.assertGreater(doc["paths_256_idle_state_bytes"], 0)
+        self.assertIsNone(doc["dcqcn_perm_1024_1m_vs_ideal"])  # not run (--only)
         self.assertIn("dcqcn_perm_1024_1m_vs_ideal", doc["not_measured"])
         self.assertIsNone(doc["perm_1024_1m_vs_ideal"])  # not run: null, and said why
         self.assertIn("perm_1024_1m_vs_ideal", doc["not_measured"])
@@ -68,6 +69,16 @@ class SprayBenchTest(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIsNone(doc["paths_256_idle_state_bytes"])
         self.assertFalse(doc["passes"]["paths_256_idle_state_bytes"])
+
+    def test_dcqcn_run_without_cnps_fails_the_bench(self):
+        # DCQCN that never sent a CNP never acted: not a figure of RoCE as deployed.
+        with tempfile.TemporaryDirectory() as d:
+            bad = fake_mrsim(d, {"stop_reason": "done", "messages_failed": 0, "data_errors": 0,
+                                 "vs_ideal": 0.2, "cnps": 0, "config": {"cc": "dcqcn"}})
+            code, doc = run_bench(bad, "--only", "dcqcn_perm_1024_1m")
+        self.assertEqual(code, 1)
+        self.assertIsNone(doc["dcqcn_perm_1024_1m_vs_ideal"])
+        self.assertTrue(any("no CNP" in f for f in doc["failures"]))
 
     def test_unfinished_run_fails_the_bench(self):
         with tempfile.TemporaryDirectory() as d:

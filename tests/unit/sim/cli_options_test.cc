@@ -99,6 +99,40 @@ TEST(CliOptions_Parse, PathLossOverridesGlobalLossOnItsPathOnly) {
   EXPECT_EQ(cl->config.TotalMessages(), 64u);  // no steps: --messages in all
 }
 
+// --cc dcqcn brings DCQCN's RED marking (the paper's 5 KiB, 200 KiB, 1 %) unless the marking is
+// given, in either order; --ecn-red sets all three; dcqcn is go-back-N's only.
+TEST(CliOptions_Parse, DcqcnMarksRedLikeUnlessTheMarkingIsGiven) {
+  auto cl = Parse({"--topology=leaf-spine", "--transport=gbn", "--cc=dcqcn"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->cluster_config.cc, CongestionKind::kDcqcn);
+  EXPECT_EQ(cl->cluster_config.fabric.ecn_threshold_bytes, 5u * 1024);
+  EXPECT_EQ(cl->cluster_config.fabric.ecn_kmax_bytes, 200u * 1024);
+  EXPECT_DOUBLE_EQ(cl->cluster_config.fabric.ecn_pmax, 0.01);
+  for (auto args : {std::vector<const char*>{"--topology=leaf-spine", "--ecn-kb=32",
+                                             "--transport=gbn", "--cc=dcqcn"},
+                    std::vector<const char*>{"--topology=leaf-spine", "--transport=gbn",
+                                             "--cc=dcqcn", "--ecn-kb=32"}}) {
+    auto given = Parse(args);
+    ASSERT_TRUE(given.ok()) << given.status();
+    EXPECT_EQ(given->cluster_config.fabric.ecn_threshold_bytes, 32u * 1024);
+    EXPECT_DOUBLE_EQ(given->cluster_config.fabric.ecn_pmax, 0) << "step marking, as asked";
+  }
+  auto red = Parse({"--topology=leaf-spine", "--ecn-red=10:100:0.2"});
+  ASSERT_TRUE(red.ok()) << red.status();
+  EXPECT_EQ(red->cluster_config.cc, CongestionKind::kWindow);
+  EXPECT_EQ(red->cluster_config.fabric.ecn_threshold_bytes, 10u * 1024);
+  EXPECT_EQ(red->cluster_config.fabric.ecn_kmax_bytes, 100u * 1024);
+  EXPECT_DOUBLE_EQ(red->cluster_config.fabric.ecn_pmax, 0.2);
+  EXPECT_THAT(Parse({"--topology=leaf-spine", "--ecn-red=100:10:0.2"}).status().message(),
+              HasSubstr("--ecn-red"));
+  EXPECT_THAT(Parse({"--topology=leaf-spine", "--ecn-red=1:10:0"}).status().message(),
+              HasSubstr("--ecn-red"));
+  EXPECT_THAT(Parse({"--topology=leaf-spine", "--cc=cubic"}).status().message(),
+              HasSubstr("--cc"));
+  EXPECT_THAT(Parse({"--topology=leaf-spine", "--cc=dcqcn"}).status().message(),
+              HasSubstr("--transport gbn"));
+}
+
 TEST(CliOptions_Errors, NewFlagsNameTheFlag) {
   EXPECT_THAT(Parse({"--path-loss=0"}).status().message(), HasSubstr("--path-loss"));
   EXPECT_THAT(Parse({"--path-loss=x:0.1"}).status().message(), HasSubstr("--path-loss"));

@@ -5,7 +5,9 @@
 // other and with the run, and the timeline is read without changing the run.
 #include "tools/sim/cluster.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -468,6 +470,112 @@ TEST(Cluster_Config, RefusesWhatCannotRun) {
   c = Small(Workload::kPermutation);
   c.ack_every = 0;
   EXPECT_THAT(c.Validate().message(), ::testing::HasSubstr("--ack-every"));
+}
+
+// RoCE as deployed (--transport gbn --fabric lossless --cc dcqcn): N senders into host 0's one
+// port. Checked against the DCQCN paper's behaviour (Zhu et al., SIGCOMM 2015, §5): the senders
+// converge to a fair share, and the queue at the receiver's port is held down by ECN marking,
+// not at the PFC limit. The same incast without congestion control (--cc none) is the contrast
+// that shows both measures can fail: its queue stands at PFC's threshold.
+struct IncastShares {
+  double jain = 0;            // over the senders' bytes delivered in the run's last part
+  double queue_kb_median = 0; // host 0's downlink, over the last half of the timeline
+  ClusterResult result;
+};
+
+IncastShares RunIncastInto0(const char* cc, uint32_t senders, const char* size) {
+  const std::string degree = std::to_string(senders);
+  const std::vector<const char*> args = {
+      "--topology", "leaf-spine", "--hosts", "32", "--hosts-per-leaf", "16", "--spines", "4",
+      "--workload", "incast", "--incast-degree", degree.c_str(), "--size", size,
+      "--fabric", "lossless", "--transport", "gbn", "--cc", cc, "--timeline-us", "20"};
+  absl::StatusOr<CommandLine> cl =
+      ParseCommandLine(std::span<const char* const>(args.data(), args.size()));
+  EXPECT_TRUE(cl.ok()) << cl.status();
+  ClusterConfig c = cl->cluster_config;
+  // The run's last part, measured in bytes rather than time: from when host 0 has received
+  // half of everything until the first sender has delivered all of its bytes. Over that
+  // stretch every sender was sending, so their bytes delivered are their rates.
+  const uint64_t total = uint64_t{senders} * c.message_bytes;
+  std::vector<uint64_t> sent_by(c.fabric.hosts, 0), late_by(c.fabric.hosts, 0);
+  uint64_t delivered = 0;
+  bool someone_done = false;
+  c.on_delivery = [&](FabricPacket& p) {
+    if (!p.data || p.dst_host != 0) return;
+    const uint64_t payload = p.bytes.size() + p.payload.size() - wire::kDataHeadersSize;
+    delivered += payload;
+    sent_by[p.src_host] += payload;
+    if (!someone_done && delivered >= total / 2) late_by[p.src_host] += payload;
+    if (sent_by[p.src_host] >= c.message_bytes) someone_done = true;
+  };
+  absl::StatusOr<ClusterResult> r = RunCluster(c);
+  EXPECT_TRUE(r.ok()) << r.status();
+  IncastShares out;
+  out.result = *r;
+  double sum = 0, squares = 0;
+  for (uint32_t h = 1; h <= senders; ++h) {
+    sum += static_cast<double>(late_by[h]);
+    squares += static_cast<double>(late_by[h]) * static_cast<double>(late_by[h]);
+  }
+  out.jain = squares > 0 ? sum * sum / (senders * squares) : 0;
+  const std::vector<double>& q = r->timeline.receiver_queue_kb;
+  std::vector<double> late(q.begin() + static_cast<ptrdiff_t>(q.size() / 2), q.end());
+  std::sort(late.begin(), late.end());
+  out.queue_kb_median = late.empty() ? 0 : late[late.size() / 2];
+  return out;
+}
+
+class Cluster_Dcqcn : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(Cluster_Dcqcn, SendersConvergeToAFairShareWithTheQueueHeldBelowPfc) {
+  const uint32_t senders = GetParam();
+  // Long enough to converge from the line-rate start: 16 senders fill the PFC-paused NICs first.
+  const char* size = senders == 2 ? "32M" : "8M";  // 5.5 and 11 ms of host 0's link
+  const IncastShares dcqcn = RunIncastInto0("dcqcn", senders, size);
+  const IncastShares none = RunIncastInto0("none", senders, size);
+  for (const IncastShares* run : {&dcqcn, &none}) {
+    EXPECT_EQ(run->result.stop_reason, "done");
+    EXPECT_EQ(run->result.data_errors, 0u);
+    EXPECT_EQ(run->result.retransmits, 0u) << "PFC: nothing is lost";
+  }
+  EXPECT_GT(dcqcn.result.cnps, 0u);
+  EXPECT_GT(dcqcn.jain, 0.98) << "fair share over the run's last part";
+  // PFC pauses a leaf's ingress above 96 KiB: without congestion control the port's queue
+  // stands there (and above, one XOFF per ingress port feeding it); DCQCN holds it within its
+  // RED range (5-200 KiB) well below that.
+  const double xoff_kb = static_cast<double>(dcqcn.result.config.fabric.pfc_xoff_bytes) / 1024;
+  EXPECT_LT(dcqcn.queue_kb_median, xoff_kb / 2) << "DCQCN holds the queue low";
+  EXPECT_GT(none.queue_kb_median, xoff_kb) << "without CC the queue stands at PFC's limit";
+  // ... without starving the port: a rate control that held the queue low by collapsing the
+  // rates (or never recovering them) would pass the two checks above.
+  EXPECT_GT(dcqcn.result.vs_ideal, 0.75) << "DCQCN keeps host 0's link mostly busy";
+  std::printf("[ dcqcn %2u ] jain %.4f (none %.4f), receiver queue median %.1f KiB (none %.1f), "
+              "vs_ideal %.3f (none %.3f), cnps %llu, pause %.0f us (none %.0f)\n",
+              senders, dcqcn.jain, none.jain, dcqcn.queue_kb_median, none.queue_kb_median,
+              dcqcn.result.vs_ideal, none.result.vs_ideal,
+              static_cast<unsigned long long>(dcqcn.result.cnps),
+              static_cast<double>(dcqcn.result.fabric.paused_ns) / 1000,
+              static_cast<double>(none.result.fabric.paused_ns) / 1000);
+}
+
+INSTANTIATE_TEST_SUITE_P(Senders, Cluster_Dcqcn, ::testing::Values(2u, 16u),
+                         [](const auto& info) { return std::to_string(info.param); });
+
+TEST(Cluster_Dcqcn, IsTheGoBackNProfilesAndLeavesTheJsonOfOthersAlone) {
+  ClusterConfig c = Small(Workload::kPermutation);
+  c.cc = CongestionKind::kDcqcn;
+  EXPECT_THAT(c.Validate().message(), ::testing::HasSubstr("--transport gbn"));
+  c.transport = TransportKind::kGoBackN;
+  EXPECT_TRUE(c.Validate().ok());
+  // The default (the core's window) prints neither cc nor cnps nor RED's fields: runs before
+  // DCQCN existed keep their JSON byte for byte.
+  const ClusterConfig plain = Small(Workload::kPermutation);
+  absl::StatusOr<ClusterResult> r = RunCluster(plain);
+  ASSERT_TRUE(r.ok());
+  const std::string json = ClusterResultToJson(*r);
+  for (const char* key : {"\"cc\"", "\"cnps\"", "\"ecn_pmax\"", "\"ecn_kmax_kb\""}) {
+    EXPECT_THAT(json, ::testing::Not(::testing::HasSubstr(key)));
+  }
 }
 
 }  // namespace

@@ -87,6 +87,13 @@ TEST(LeafSpine_Config, RefusesWhatCannotBeBuilt) {
   c = Small();
   c.planes = 0;
   EXPECT_FALSE(c.Validate().ok());
+  c = Small();
+  c.ecn_pmax = 0.1;  // RED needs kmax above kmin
+  EXPECT_FALSE(c.Validate().ok());
+  c.ecn_kmax_bytes = c.ecn_threshold_bytes + 1;
+  EXPECT_TRUE(c.Validate().ok());
+  c.ecn_pmax = 1.5;
+  EXPECT_FALSE(c.Validate().ok());
 }
 
 // Each hop costs a serialization at the hop's rate and a propagation delay: two hops under one
@@ -238,6 +245,30 @@ TEST(LeafSpine_Lossy, IncastMarksThenTailDropsAtTheBottleneck) {
   for (const Arrival& a : n.arrivals) marked += a.packet.ce;
   EXPECT_LE(marked, t.ce_marked);
   EXPECT_GE(marked, bottleneck.ce_marked);  // marked after the tail-drop check: all delivered
+}
+
+// RED-like marking (ecn_pmax > 0): between kmin and kmax a packet is marked with a probability
+// rising to pmax, so fewer than a step at kmin marks; at and above kmax every one, as the step.
+TEST(LeafSpine_Ecn, RedMarksFewerThanAStepBelowKmaxAndAllAbove) {
+  auto marked = [](uint64_t kmax, double pmax) {
+    LeafSpineConfig c = Small();
+    c.lossless = true;  // nothing dropped: the same packets meet the queue every time
+    c.ecn_threshold_bytes = 5'000;
+    c.ecn_kmax_bytes = kmax;
+    c.ecn_pmax = pmax;
+    Net n(c);
+    for (int i = 0; i < 100; ++i) {
+      for (uint32_t src = 1; src < 4; ++src) n.Send(src, 0, static_cast<uint16_t>(50000 + i));
+    }
+    n.Run();
+    return n.fabric.counters({0, FabricLink::Tier::kHost, 0, 0}, false).ce_marked;
+  };
+  const uint64_t step = marked(0, 0);
+  const uint64_t red = marked(1u << 20, 0.5);
+  EXPECT_GT(step, 100u);
+  EXPECT_GT(red, 0u);
+  EXPECT_LT(red, step / 2) << "p <= 0.5 x (backlog - kmin) / (kmax - kmin), far below 0.5 here";
+  EXPECT_EQ(marked(5'001, 0.01), step) << "above kmax RED marks every packet";
 }
 
 // The same incast, half of it data: data packets are counted apart when offered and dropped; the
