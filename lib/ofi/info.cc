@@ -73,7 +73,11 @@ fi_info* ProviderInfo(uint32_t version, const Settings& s, const std::string& do
   d->control_progress = FI_PROGRESS_MANUAL;
   d->data_progress = FI_PROGRESS_MANUAL;
   d->resource_mgmt = FI_RM_ENABLED;
-  d->av_type = FI_AV_TABLE;
+  // Either type is usable (fi_addr is the insertion index in both, address_vector.cc) and none
+  // is preferred: FI_AV_UNSPEC, as libfabric's tcp provider says, unless the hints ask for one.
+  // (Reporting FI_AV_TABLE unasked made fabtests' server, which then assumes every new peer is
+  // fi_addr 0, address a gone client in fi_rdm_multi_client.)
+  d->av_type = FI_AV_UNSPEC;
   d->mr_mode = 0;
   d->mr_key_size = sizeof(uint64_t);
   d->cq_data_size = sizeof(uint64_t);

@@ -184,6 +184,19 @@ TEST(FitToHints, TakesAutoProgressForBoth) {
   }
 }
 
+// Either AV type works and neither is preferred: unasked, the info says FI_AV_UNSPEC (an
+// FI_AV_TABLE reported unasked led fabtests' fi_rdm_multi_client server to address every new
+// client as fi_addr 0, the first, gone); asked, it says what was asked.
+TEST(FitToHints, LeavesTheAvTypeOpenUnlessAsked) {
+  for (const fi_av_type asked : {FI_AV_UNSPEC, FI_AV_TABLE, FI_AV_MAP}) {
+    InfoPtr info = Ours();
+    InfoPtr hints = Hints();
+    hints->domain_attr->av_type = asked;
+    ASSERT_EQ(FitOf(hints.get(), info.get()).result, 0);
+    EXPECT_EQ(info->domain_attr->av_type, asked);
+  }
+}
+
 TEST(FitToHints, KeepsTheMrModesItTakes) {
   InfoPtr info = Ours();
   InfoPtr hints = Hints();
