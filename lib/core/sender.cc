@@ -9,6 +9,7 @@
 #include "lib/core/connection.h"
 #include "lib/core/probes.h"
 #include "lib/core/sequence.h"
+#include "lib/core/split_mix.h"
 
 namespace metaroce::core {
 namespace {
@@ -45,25 +46,11 @@ wire::Opcode WireOpcode(WrOpcode op) {
 
 bool ConsumesReceive(WrOpcode op) { return op != WrOpcode::kWrite; }
 
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 }  // namespace
 
 Sender::Sender(Connection& conn)
-    : conn_(conn), cfg_(conn.config_), rng_state_(cfg_.seed),
-      pace_phase_([seed = uint64_t{cfg_.seed ^ 0x70616365'00000000ull}]() mutable {
-        return static_cast<double>(SplitMix64(seed) >> 11) * 0x1p-53;
-      }()),
+    : conn_(conn), cfg_(conn.config_), spray_(cfg_), rng_state_(cfg_.seed),
       plane_progress_(cfg_.plane_count, Instant{0}) {
-  // The spray starts on a path of the connection's own: connections set up together would
-  // otherwise all put their first packets on path 0, whose queue then holds every one of them
-  // (and whose timers expire on all of them at once). The default seed, 1, starts on path 0.
-  rr_cursor_ = static_cast<uint16_t>((cfg_.seed - 1) % cfg_.SprayPaths());
   const CongestionParams cc = CongestionFrom(cfg_);
   // The responder's share offered at set-up, spread over the paths like the initial window.
   const uint32_t initial_hint =
@@ -144,12 +131,6 @@ bool Sender::OrderedCompletion() const {
   return cfg_.ordered_completion || cfg_.profile.placement == PlacementPolicy::kReorderBuffer;
 }
 
-bool Sender::Usable(const SenderPath& p) const { return p.state == PathState::kActive; }
-
-bool Sender::Open(const SenderPath& p) const {
-  return Usable(p) && !p.gbn_resending && p.outstanding() < wire::kSackBits;
-}
-
 bool Sender::NextPacket(Instant now, PacketRef* out, const Reroute** queued) {
   // Data moved off a failed path [R5] or hedged off an overtaken one [R5b] goes first.
   *queued = nullptr;
@@ -199,21 +180,6 @@ bool Sender::WithinReorderWindow(uint64_t end) const {
   return true;
 }
 
-uint32_t Sender::Window(const SenderPath& p) const {
-  // congestion.md §1: a share of at least one packet per path caps the connection as a whole
-  // (PickPath), each path's cwnd its own; below one packet it is each path's rate.
-  const uint32_t cwnd = p.congestion.cwnd();
-  return p.window_hint == 0 || p.window_hint >= cfg_.mtu ? cwnd : std::min(cwnd, p.window_hint);
-}
-
-uint64_t Sender::ConnectionShare() const {
-  // The responder's share is per path on average: the connection may have the sum of its paths'
-  // in flight, spread as their windows allow (a slow path's cwnd leaves the rest to the fast).
-  const uint32_t hint = paths_.front().window_hint;
-  if (hint == 0 || hint < cfg_.mtu) return UINT64_MAX;
-  return uint64_t{hint} * cfg_.SprayPaths();
-}
-
 bool Sender::Paced() const {
   const uint32_t hint = paths_.front().window_hint;
   return hint != 0 && hint < cfg_.mtu;
@@ -244,7 +210,7 @@ bool Sender::UnsolicitedAllowed(Instant now) {
   if (pulls_owed_ < PullWindow()) return true;
   if (inflight_bytes_ > 0) return false;  // its ACK, or its loss, comes first
   const uint64_t share = uint64_t{paths_.front().window_hint} * cfg_.SprayPaths();
-  const Duration rtt = PacingRtt(paths_.front());
+  const Duration rtt = Spray::PacingRtt(paths_.front(), latest_rtt_);
   const Duration interval = std::min(
       RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(rtt.count()) * cfg_.mtu /
                                                    static_cast<double>(std::max<uint64_t>(share, 1)))));
@@ -260,183 +226,7 @@ bool Sender::UnsolicitedAllowed(Instant now) {
 
 void Sender::SendPullProbe() {
   pull_probed_ = true;
-  for (uint16_t i = 0; i < cfg_.SprayPaths(); ++i) {
-    SenderPath& path = paths_[(rr_cursor_ + i) % cfg_.SprayPaths()];
-    if (!Usable(path)) continue;
-    TransmitProbe(path, path.snd_una);
-    return;
-  }
-}
-
-Duration Sender::PacingRtt(const SenderPath& path) const {
-  // A paced path sends a packet every several RTTs: its own samples are rare and old, and its
-  // smoothed RTT older still. The connection's latest sample, on any path, tells the queue now:
-  // pacing at window / latest RTT keeps the bytes in flight at the window on average whatever
-  // the queueing delay, and lets the rate recover as soon as the queue drains.
-  return latest_rtt_ == Duration(0) ? path.rtt.srtt() : latest_rtt_;  // none yet: initial_rtt
-}
-
-int Sender::PulledPath() const {
-  // A path the connection never sent on cannot be pulled on (the responder has no port to
-  // answer to): while there is one, it goes first, so that every path soon has a port and the
-  // pulls, which the responder spreads over the paths in turn, reach them all.
-  for (uint16_t i = 0; i < cfg_.SprayPaths(); ++i) {
-    const SenderPath& p = paths_[(rr_cursor_ + i) % cfg_.SprayPaths()];
-    if (p.tx_order == 0 && Usable(p)) return p.id;
-  }
-  return pull_paths_.front();
-}
-
-SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked,
-                             int preferred) {
-  if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
-    return nullptr;
-  }
-  // The responder's share counts the bytes in flight on Active paths only: a path gone Suspect
-  // may be dead, and its stranded bytes must not hold back the live paths, whose progress is
-  // what lets the dead one's expiries count toward its failure ([R5]).
-  if (const uint64_t share = ConnectionShare(); share != UINT64_MAX) {
-    if (active_inflight_bytes_ > 0 && active_inflight_bytes_ + bytes > share) return nullptr;
-  }
-  if (preferred >= 0 && preferred < cfg_.SprayPaths()) {
-    SenderPath& p = paths_[preferred];
-    if (Open(p) && (p.inflight_bytes == 0 || p.inflight_bytes + bytes <= Window(p))) {
-      return &p;
-    }
-  }
-  const bool hedge = queued != nullptr && queued->hedge;
-  const uint16_t n = cfg_.SprayPaths();
-  // Fewest bytes in flight first, ties in round-robin order: with the connection's share
-  // binding rather than the paths' windows, every path has room, and first-fit in round-robin
-  // order would give each the same rate, a path behind a queue too, whose packets then hold the
-  // share the longest. Fewest in flight gives each path a rate inverse to its delay (Little's
-  // law), so the load moves off queued routes (a permutation of 1,024 hosts: 0.547 -> 0.573 of
-  // its ideal; see congestion.md §3).
-  // A hedge tries its own plane first: progress there is what lets the overtaken path's
-  // expiries count [R5a], and it leaves the other planes' share of the load alone.
-  // Usually the first path in that order takes the packet: it is found without sorting (the
-  // fewest bytes in flight, ties to the first in round-robin order), and PickPathInOrder, which
-  // sorts, is asked only when it does not (nothing was changed by looking at it: only a paced
-  // path passed over is, and a paced path goes to PickPathInOrder too).
-  if (!hedge) {
-    // Round-robin order from the cursor is [cursor, n) then [0, cursor): two plain scans.
-    const uint16_t cursor = static_cast<uint16_t>(rr_cursor_ % n);
-    uint16_t first = cursor;
-    uint32_t least = paths_[cursor].inflight_bytes;
-    for (uint16_t idx = cursor + 1; idx < n; ++idx) {
-      if (paths_[idx].inflight_bytes < least) least = paths_[idx].inflight_bytes, first = idx;
-    }
-    for (uint16_t idx = 0; idx < cursor; ++idx) {
-      if (paths_[idx].inflight_bytes < least) least = paths_[idx].inflight_bytes, first = idx;
-    }
-    SenderPath& p = paths_[first];
-    const uint32_t window = Window(p);
-    if (Open(p) && (least > 0 ? least + bytes <= window : bytes <= window || clocked)) {
-      rr_cursor_ = static_cast<uint16_t>(first + 1 == n ? 0 : first + 1);
-      return &p;
-    }
-  }
-  return PickPathInOrder(now, bytes, queued, clocked);
-}
-
-SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* queued,
-                                    bool clocked) {
-  const bool hedge = queued != nullptr && queued->hedge;
-  const uint16_t n = cfg_.SprayPaths();
-  const uint16_t cursor = static_cast<uint16_t>(rr_cursor_ % n);
-  // The order is (bytes in flight, rank in round-robin order from the cursor), and the packet
-  // goes to the first path in it that takes it. Found in one scan per pass, without sorting:
-  // the first path whose window takes the packet, and before it (bytes in flight 0, lower rank)
-  // the paced paths, each asked whether its time has come, in rank order, as the scan met them.
-  for (int pass = hedge ? 0 : 1; pass < 2; ++pass) {
-    uint64_t best_key = UINT64_MAX;
-    uint16_t best = 0;
-    std::array<uint16_t, 256> paced;  // ranks, ascending
-    std::array<uint32_t, 256> paced_window;  // ... and their windows
-    uint16_t n_paced = 0;
-    for (uint16_t rank = 0, idx = cursor; rank < n; ++rank, idx = idx + 1 == n ? 0 : idx + 1) {
-      const SenderPath& p = paths_[idx];
-      if (!Open(p)) continue;
-      if (hedge && (p.id == queued->from_path ||
-                    (pass == 0 && p.plane != paths_[queued->from_path].plane))) {
-        continue;
-      }
-      const uint32_t window = Window(p);
-      if (p.inflight_bytes == 0) {
-        if (bytes > window && !clocked) {
-          paced_window[n_paced] = window;
-          paced[n_paced++] = rank;
-          continue;
-        }
-      } else if (p.inflight_bytes + bytes > window) {
-        continue;
-      }
-      const uint64_t key = uint64_t{p.inflight_bytes} << 16 | rank;
-      if (key < best_key) best_key = key, best = idx;
-    }
-    // A paced path's key is its rank (nothing in flight): those below best_key come first.
-    for (uint16_t i = 0; i < n_paced && paced[i] < best_key; ++i) {
-      const uint32_t at = cursor + paced[i];  // no division per path
-      const uint16_t idx = static_cast<uint16_t>(at >= n ? at - n : at);
-      if (PacedPathDue(now, paths_[idx], bytes, paced_window[i])) {
-        rr_cursor_ = static_cast<uint16_t>(idx + 1 == n ? 0 : idx + 1);
-        return &paths_[idx];
-      }
-    }
-    if (best_key != UINT64_MAX) {
-      rr_cursor_ = static_cast<uint16_t>(best + 1 == n ? 0 : best + 1);
-      return &paths_[best];
-    }
-  }
-  return nullptr;
-}
-
-bool Sender::PacedPathDue(Instant now, SenderPath& p, uint32_t bytes, uint32_t window) {
-  // congestion.md §1: a window below one packet sends one packet per R * bytes / window (R:
-  // PacingRtt; at most one recovery cap apart: the connection's own timers must not take a paced
-  // path for a silent one). The paths' first packets are staggered evenly over that interval
-  // from a random phase of the connection: connections set up together do not all send at once,
-  // and each sends at its share's rate from the start.
-  const Duration rtt = PacingRtt(p);
-  if (p.pace_started && rtt == p.pace_rtt && bytes == p.pace_bytes && window == p.pace_window) {
-    // What its interval was computed from has not changed: the interval and the schedule
-    // stand (a pick asks every paced path it passes, about twice per packet sent).
-    if (p.pace_due > now) {
-      pace_wakeup_ = std::min(pace_wakeup_, p.pace_due);
-      return false;
-    }
-    p.pace_due = now + p.pace_interval;
-    return true;
-  }
-  p.pace_rtt = rtt;
-  p.pace_bytes = bytes;
-  p.pace_window = window;
-  const uint16_t n = cfg_.SprayPaths();
-  const Duration interval = std::min(
-      RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(rtt.count()) * bytes /
-                                                   std::max(window, 1u))));
-  if (!p.pace_started) {
-    p.pace_started = true;
-    double phase = pace_phase_ + static_cast<double>(p.id % n) / n;
-    if (phase >= 1) phase -= 1;  // every path's phase is uniform across connections
-    p.pace_due = now + Duration(static_cast<int64_t>(phase * interval.count()));
-    p.pace_interval = interval;
-  } else if (interval != p.pace_interval && p.pace_due > now) {
-    // A new share (or RTT) rescales the wait still to go, not the whole interval: the paths of
-    // every connection, told of a larger share by ACKs at about the same time, keep their
-    // spread phases instead of all falling due at once.
-    p.pace_due = now + Duration(static_cast<int64_t>(
-                           static_cast<double>((p.pace_due - now).count()) *
-                           static_cast<double>(interval.count()) /
-                           static_cast<double>(std::max<int64_t>(1, p.pace_interval.count()))));
-  }
-  p.pace_interval = interval;
-  if (p.pace_due > now) {
-    pace_wakeup_ = std::min(pace_wakeup_, p.pace_due);
-    return false;
-  }
-  p.pace_due = now + interval;
-  return true;
+  if (SenderPath* path = spray_.FirstUsableInTurn(paths_)) TransmitProbe(*path, path->snd_una);
 }
 
 void Sender::Pump(Instant now) {
@@ -478,8 +268,15 @@ void Sender::Pump(Instant now) {
       whole_share =
           inflight_bytes_ + bytes <= uint64_t{paths_.front().window_hint} * cfg_.SprayPaths();
     }
-    SenderPath* path =
-        PickPath(now, bytes, queued, clocked || whole_share, on_pull ? PulledPath() : -1);
+    SprayRequest ask;
+    ask.bytes = bytes;
+    ask.clocked = clocked || whole_share;
+    ask.queued = queued;
+    ask.preferred = on_pull ? spray_.PulledPath(paths_, pull_paths_.front()) : -1;
+    ask.inflight_bytes = inflight_bytes_;
+    ask.active_inflight_bytes = active_inflight_bytes_;
+    ask.latest_rtt = latest_rtt_;
+    SenderPath* path = spray_.Pick(now, paths_, ask, pace_wakeup_);
     if (path == nullptr) return;
     if (on_pull) {
       pull_paths_.pop_front();
@@ -585,8 +382,8 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
     // unless an earlier such request is still unanswered: an ACK-clocked sender fills its window
     // after every ACK, and asking each time made the responder ACK every few packets.
     const bool last = e.ref.index + 1 == m->packets;
-    const bool window_full = path.inflight_bytes + cfg_.mtu > Window(path) ||
-                             inflight_bytes_ + cfg_.mtu > ConnectionShare() ||
+    const bool window_full = path.inflight_bytes + cfg_.mtu > spray_.Window(path) ||
+                             inflight_bytes_ + cfg_.mtu > spray_.ConnectionShare(paths_) ||
                              path.outstanding() >= wire::kSackBits;
     const bool ask_for_room = window_full && path.delivered_order >= path.ack_request_order;
     if (ask_for_room) path.ack_request_order = e.last_tx_order;
@@ -793,9 +590,7 @@ void Sender::ArmTailProbeAt(Instant now, SenderPath& path, Instant due) {
   }
 }
 
-Duration Sender::RecoveryCap() const {
-  return cfg_.no_progress_timeout / (2 * cfg_.fail_after_timeouts);  // >= 1 ns (config.cc)
-}
+Duration Sender::RecoveryCap() const { return cfg_.RecoveryCap(); }
 
 uint32_t Sender::FailAfter(Instant now, const SenderPath& path) const {
   const uint32_t n = path.overtaken
@@ -1386,7 +1181,7 @@ void Sender::OnPathTimeout(Instant now, SenderPath& path) {
   // are acknowledged the connection made progress, and this path's next expiry counts.
   const bool idle_sibling =
       !attributable && std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
-        return &p != &path && Usable(p) && p.outstanding() == 0;
+        return &p != &path && p.Usable() && p.outstanding() == 0;
       });  // (asked only of an expiry the silence reading would set aside)
   if (!attributable && !path.overtaken && idle_sibling) Hedge(now, path);
   path.last_timeout_at = now;

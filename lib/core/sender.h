@@ -17,6 +17,7 @@
 #include "lib/core/rtt_estimator.h"
 #include "lib/core/sender_path.h"
 #include "lib/core/sent_ring.h"
+#include "lib/core/spray.h"
 #include "lib/core/sequence.h"
 #include "lib/core/types.h"
 #include "lib/wire/packet.h"
@@ -93,25 +94,6 @@ class Sender {
   // Reorder-buffer baseline [B2]: may a packet ending at stream position `end` be sent without
   // overrunning the responder's buffer?
   bool WithinReorderWindow(uint64_t end) const;
-  // A usable path whose window takes `bytes` more, round robin. A hedge [R5b] avoids its own
-  // path and prefers its plane.
-  // A path whose window is below one packet is paced (congestion.md §1): it is picked when its
-  // time has come, and otherwise sets pace_wakeup_.
-  // A connection the responder pulls (`clocked`: Clocked()) sends on pulls, not at a rate: any
-  // idle usable path takes its packet, `preferred` (PulledPath()) first.
-  SenderPath* PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked,
-                       int preferred = -1);
-  // PickPath's choice made the long way: the first path, in the order of (bytes in flight,
-  // round-robin rank), that takes the packet; each paced path before it asked PacedPathDue.
-  SenderPath* PickPathInOrder(Instant now, uint32_t bytes, const Reroute* queued, bool clocked);
-  // A path paced below one packet per RTT (idle, `window`, its Window(), below `bytes`): is its
-  // next packet due?
-  // Starts or rescales its schedule; when it is not due, sets pace_wakeup_ to when it is.
-  bool PacedPathDue(Instant now, SenderPath& path, uint32_t bytes, uint32_t window);
-  // Usable, not resending go-back-N, room in its SACK window: the path can take a new packet.
-  bool Open(const SenderPath& path) const;
-  // The path a pulled packet should take: one never sent on, else the pull's own.
-  int PulledPath() const;
   // congestion.md §6: the share is below one packet per path (the connection is paced).
   bool Paced() const;
   // ... and the responder pulls it: new data waits for pulls.
@@ -130,9 +112,6 @@ class Sender {
   uint32_t PullWindow() const;
   // Data waits to be sent after the packet being sent (flags::kWantsPull).
   bool MoreToSend() const;
-  // The RTT a paced path's interval is computed from: its srtt or the connection's latest
-  // sample, whichever is larger.
-  Duration PacingRtt(const SenderPath& path) const;
   uint32_t PacketBytes(const OutboundMessage& m, uint32_t index) const;
   // `bytes`: PacketBytes of `ref`. `queued`: data moved or hedged off another path, sent as a
   // retransmission on its new path.
@@ -232,21 +211,17 @@ class Sender {
   // [R7] the connection's rotation token bucket: refills it up to `now`; the wait until a whole
   // token is there (0 when one is).
   Duration RotationTokenWait(Instant now);
-  // A path's sending window: its cwnd, or min(cwnd, window_hint) when the hint is below one packet
-  // (a rate, PickPath). A hint of one packet or more caps the connection: ConnectionShare().
-  uint32_t Window(const SenderPath& path) const;
-  uint64_t ConnectionShare() const;  // window_hint x paths, or no limit
   void SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason);
   void ArmPto(Instant now, SenderPath& path);
   void CheckDegraded(Instant now, SenderPath& path);
   // Fewer packets wait to be sent (new data and rerouted units, no later message) than the
   // connection sprays paths: the next packets are probably their paths' last for now.
   bool NearTail() const;
-  bool Usable(const SenderPath& path) const;
 
   Connection& conn_;
   const ConnectionConfig& cfg_;
   std::vector<SenderPath> paths_;
+  Spray spray_;  // which path each new packet takes (spray.h)
   RingQueue<OutboundMessage> messages_;  // msg_seq base_seq_ .. base_seq_+size-1
   std::unique_ptr<SentPacket[]> spare_ring_;  // a smallest SentRing storage, for the next path
   uint32_t base_seq_ = 0;                 // msg_seq of messages_.front()
@@ -256,12 +231,10 @@ class Sender {
   uint32_t segment_seq_ = 0;              // message being segmented
   std::deque<Reroute> reroute_;           // data moved off failed [R5] or overtaken [R5b] paths
   std::deque<std::pair<uint16_t, uint32_t>> rnr_waits_;  // (path, psn) retried at rnr_until
-  uint16_t rr_cursor_ = 0;
   bool gbn_pending_ = false;  // some path is resending go-back-N: Pump walks the paths
   uint64_t inflight_bytes_ = 0;
   uint64_t active_inflight_bytes_ = 0;    // ... of it on Active paths (the share counts those)
   uint64_t rng_state_;
-  double pace_phase_;                     // in [0, 1): where the paths' paced packets start
   Instant pace_wakeup_ = kNever;          // earliest paced path that new data waits for
   // congestion.md §6: pulls seen while paced (the responder clocks this connection), pulls not
   // used yet, the latest new data packet, and whether the packet being sent uses a pull.

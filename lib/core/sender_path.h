@@ -28,7 +28,7 @@ struct Reroute {
 };
 
 // The requester's view of one logical path.
-// The fields a pick of the path reads (Sender::PickPath: Open and Window, for every path, about
+// The fields a pick of the path reads (Spray::Pick: Open and Window, for every path, about
 // twice per packet sent) come first, in one cache line: between two packets the copies of a
 // jumbo frame's payload evict the path state, and these fields had been spread over four lines.
 struct alignas(64) SenderPath {
@@ -64,7 +64,8 @@ struct alignas(64) SenderPath {
   size_t retransmits_head = 0;
   uint32_t last_ce_count = 0;  // highest cumulative CE count echoed so far
   // A window below one packet is a rate (congestion.md §1): one new packet per
-  // srtt * bytes / window, the first at a random phase within that interval.
+  // srtt * bytes / window, the first at a random phase within that interval. The spray's
+  // schedule (spray.h): nothing else writes these.
   bool pace_started = false;
   Instant pace_due{0};        // when the next paced packet may go
   Duration pace_interval{0};  // the interval pace_due was computed with
@@ -116,6 +117,8 @@ struct alignas(64) SenderPath {
     return SeqLessEq(snd_una, psn) && SeqLess(psn, next_psn);
   }
   uint32_t outstanding() const { return next_psn - snd_una; }
+  // Active: new data, hedges and rerouted data may go on it.
+  bool Usable() const { return state == PathState::kActive; }
 };
 
 }  // namespace metaroce::core
