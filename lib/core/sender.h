@@ -2,6 +2,14 @@
 // segmentation and spraying over paths, per-path loss recovery, congestion windows, path health
 // and source-port rotation. docs/spec/paths-and-recovery.md is the normative description; comments
 // below cite its rules as [R#].
+//
+// One class, four units (docs/architecture.md, "The sender's units"): queueing and sending
+// (sender.cc), the path a new packet takes (Spray, spray.h: a class of its own, with its own
+// tests), loss detection (sender_loss.cc) and path health (path_health.cc). The last two are
+// Sender members in their own translation units, declared below in their own groups; the
+// per-path state they share is SenderPath (sender_path.h). Entry points (Post, OnAck, OnTimer,
+// Pump) are sender.cc's and call the others in order.
+// Not thread-safe: the Connection's owner calls it from one thread.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +94,9 @@ class Sender {
   size_t outstanding() const { return messages_.size(); }
 
  private:
+  // ---- Queueing and sending (sender.cc): messages, segmentation, the pull clock (congestion.md
+  // §6), transmission, what an ACK or a NAK acknowledges, completions. The path each new packet
+  // takes is the spray's (spray_, spray.h).
   OutboundMessage* Find(uint32_t msg_seq);
   const OutboundMessage* Find(uint32_t msg_seq) const;
   // The next data unit to send: the reroute queue's front (then *queued points at it), else the
@@ -124,7 +135,6 @@ class Sender {
   // Returns false when the connection failed (retry limit) and nothing was sent.
   bool Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission,
                 bool counts_as_retry);
-  void SendProbe(Instant now, SenderPath& path);
   // A PROBE on `path` at `psn`: every PSN below it acknowledged or abandoned [R7], so the
   // responder skips nothing and answers with an ACK of the path (PROBE_REPLY).
   void TransmitProbe(SenderPath& path, uint32_t psn);
@@ -141,19 +151,26 @@ class Sender {
   void ReleaseIdle(SenderPath& path);
   void CompleteMessage(Instant now, OutboundMessage& m, WcStatus status);
   void RetireAndReport();
-  void DetectLosses(Instant now, SenderPath& path);
   void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);
-  void OnPathTimeout(Instant now, SenderPath& path);
-  // True when every PSN outstanding on `path` carries a data unit already acknowledged through
-  // another path (or of a message done): its retransmissions would be FILLERs [R8].
-  bool OnlyFillersOutstanding(const SenderPath& path) const;
+  // Clocked, with more to send, no pull in hand and every pull owed: it may not send.
+  bool WaitingForPulls() const;
+  // Fewer packets wait to be sent (new data and rerouted units, no later message) than the
+  // connection sprays paths: the next packets are probably their paths' last for now.
+  bool NearTail() const;
+
+  // ---- Loss detection (sender_loss.cc): [R4] losses by transmission order, [R5a] overtaken
+  // paths, the probe timeout, [R5d] tail probes and loss queries.
+  // [R4] retransmits now, on `path`, every PSN whose latest transmission precedes one known to
+  // have arrived (delivered_order); each transmission is examined once, in the order made.
+  void DetectLosses(Instant now, SenderPath& path);
+  // [R5a] a packet sent on `acked` at `newest_sent` arrived: a sibling whose oldest outstanding
+  // packet went earlier by more than ReorderMargin is overtaken (its PTO due after one ACK
+  // delay); at the connection's tail the others get ProbeTailBehind.
   void CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent);
   // RACK's rule across paths for the tail: arms `path`'s tail probe when a packet sent after its
   // newest outstanding one was delivered on the path just acknowledged, `acked` ([R5d]).
   // `acked_srtt`: the smoothed RTT of `acked`. Precondition: TailProbesDue().
   void ProbeTailBehind(Instant now, SenderPath& path, Duration acked_srtt, Instant newest_sent);
-  // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
-  void Hedge(Instant now, SenderPath& path);
   // How late a packet on `path` may be before it is overdue: beyond its expected delay (its
   // srtt) when `than` is null, else beyond a packet on `than` sent at the same time.
   Duration OvertakenTimeout(const SenderPath& path, const SenderPath* than) const;
@@ -161,6 +178,10 @@ class Sender {
   // of smoothed RTT `than_srtt`: the difference of their srtts, a quarter of `path`'s min RTT,
   // and the peer's ACK delay.
   Duration ReorderMargin(const SenderPath& path, Duration than_srtt) const;
+  // [R5] (re)arms the path's deadline: none with nothing outstanding; the expected delay when
+  // overtaken; else the PTO (backed off, at least twice the peak RTT), at most RecoveryCap();
+  // then ArmTailProbe, whose probe may come first.
+  void ArmPto(Instant now, SenderPath& path);
   // [R5d] Once the connection has nothing more to send, a path with packets outstanding that has
   // sent fewer than kMaxTailProbes probes since its last progress probes its tail, if that comes
   // before the ordinary deadline: the first probe when its newest outstanding packet is overdue
@@ -184,8 +205,6 @@ class Sender {
   bool PathMayTailProbe(const SenderPath& path) const;
   bool TailProbesDue() const;
   bool LossQueryAllowed(const SenderPath& path) const;
-  // Clocked, with more to send, no pull in hand and every pull owed: it may not send.
-  bool WaitingForPulls() const;
   // When `e`, outstanding on `path`, is overdue: RACK's expected delay plus ReorderMargin.
   Instant OverdueAt(const SenderPath& path, const SentPacket& e) const;
   // Sends the path's loss query (a PROBE at snd_una) and remembers what it follows.
@@ -199,24 +218,50 @@ class Sender {
   // The PSN a tail-loss probe resends ([R5] step 4, [R5d]): the highest outstanding one not
   // waiting for an RNR delay; next_psn when there is none.
   uint32_t TailProbePsn(Instant now, const SenderPath& path) const;
+  // [R5d] the path's deadline was its tail probe's: a tail probe or, for a connection waiting for
+  // pulls, a loss query; then the ordinary deadline.
+  void FireTailProbe(Instant now, SenderPath& path);
+
+  // ---- Path health (path_health.cc): [R5] expiries toward failure, [R5a] the stall gate, [R5b]
+  // hedges, [R5c] silence, states, [R7] rotation and probing, congestion.md §4 degraded paths.
+  // [R5] the path's deadline expired: a tail probe's (FireTailProbe), else an expiry that
+  // retransmits the tail, goes Suspect, and counts toward failure when it is evidence against the
+  // path ([R5a] stall gate, [R5c] silence); FailPath at FailAfter.
+  void OnPathTimeout(Instant now, SenderPath& path);
+  // True when every PSN outstanding on `path` carries a data unit already acknowledged through
+  // another path (or of a message done): its retransmissions would be FILLERs [R8].
+  bool OnlyFillersOutstanding(const SenderPath& path) const;
+  // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
+  void Hedge(Instant now, SenderPath& path);
   // no_progress_timeout / (2 * fail_after_timeouts): the longest PTO, probe interval while work
   // waits, and connection-wide silence before a path fails for it ([R5], [R5c], [R7]).
-  Duration RecoveryCap() const;
+  Duration RecoveryCap() const { return cfg_.RecoveryCap(); }
   // Expiries without progress before failing (twice as many while the connection is congested).
   uint32_t FailAfter(Instant now, const SenderPath& path) const;
+  // [R5] Failed: its unacknowledged data is queued for other paths, its PSN space abandoned,
+  // and its port rotated (Rotate).
   void FailPath(Instant now, SenderPath& path, PathEventReason reason);
+  // Moves the path to `to` and reports it (a PathEvent); nothing when it is there already.
+  // Keeps active_inflight_bytes_ the bytes in flight on Active paths.
+  void SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason);
+  // congestion.md §4: an Active path marked alone (its siblings mostly not) for degraded_hold is
+  // rotated (kPersistentCongestion).
+  void CheckDegraded(Instant now, SenderPath& path);
+  // [R7] the reply to the Probing path's latest probe: an RTT sample of the new route, and Active
+  // again after probes_to_activate replies.
+  void OnProbeReply(Instant now, SenderPath& path);
+  // [R7] a rotation held down or rate-limited falls due; a Probing path's probe goes unanswered
+  // (fail_after_timeouts of them rotate it again).
+  void OnRotationAndProbeTimers(Instant now, SenderPath& path);
+  // [R7] a PROBE at snd_una on a Probing path, and when the next goes (backed off, less while
+  // the connection is stuck).
+  void SendProbe(Instant now, SenderPath& path);
   // Rotates now and returns true, or (within the hold-down, or without a token of the rate
   // limit) schedules it and returns false.
   bool Rotate(Instant now, SenderPath& path, PathEventReason reason);
   // [R7] the connection's rotation token bucket: refills it up to `now`; the wait until a whole
   // token is there (0 when one is).
   Duration RotationTokenWait(Instant now);
-  void SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason);
-  void ArmPto(Instant now, SenderPath& path);
-  void CheckDegraded(Instant now, SenderPath& path);
-  // Fewer packets wait to be sent (new data and rerouted units, no later message) than the
-  // connection sprays paths: the next packets are probably their paths' last for now.
-  bool NearTail() const;
 
   Connection& conn_;
   const ConnectionConfig& cfg_;
@@ -241,7 +286,7 @@ class Sender {
   bool pull_seen_ = false;
   // Pulls not used yet (at most 256), each with the path it came on: the packet it lets through
   // goes there (the responder spreads its pulls over the paths in turn, so its links and planes
-  // take the pulled packets in turn), unless a path was never sent on (PulledPath()).
+  // take the pulled packets in turn), unless a path was never sent on (Spray::PulledPath).
   std::deque<uint16_t> pull_paths_;
   uint8_t pull_seq_seen_ = 0;  // the responder's pull count, as of the latest ACK (mod 256)
   uint32_t pulls_owed_ = 0;  // new packets sent asking for a pull, not yet answered by one
@@ -255,11 +300,13 @@ class Sender {
   bool pull_probed_ = false;  // a PROBE asked for the pulls owed since the latest new packet
   Instant last_new_at_{INT64_MIN / 2};
   bool sending_on_pull_ = false;
+  // Shared by the units: the RTT samples (sender.cc takes them; loss detection and pacing read).
   Duration latest_rtt_{0};                // latest RTT sample of any path
   // The connection's peak RTT: the largest recent sample of any path, moving a sixteenth of the
   // way toward each smaller one (an upper envelope, as srtt is a mean). Bounds the PTO below.
   Duration peak_rtt_{0};
   Instant last_congestion_signal_{INT64_MIN / 2};  // latest CE mark or RTT above target, any path
+  // Path health's (path_health.cc): the [R7] rotation token bucket.
   double rotation_tokens_ = 0;            // [R7] rate limit; full at the first rotation
   Instant rotation_tokens_at_ = kNever;   // last refill (kNever: the bucket is untouched)
   Instant last_progress_{0};
