@@ -66,11 +66,6 @@ OutboundMessage* Sender::Find(uint32_t msg_seq) {
   return const_cast<OutboundMessage*>(std::as_const(*this).Find(msg_seq));
 }
 
-const OutboundMessage* Sender::Find(uint32_t msg_seq) const {
-  const uint32_t i = msg_seq - base_seq_;
-  return i < messages_.size() ? &messages_[i] : nullptr;
-}
-
 uint32_t Sender::PacketBytes(const OutboundMessage& m, uint32_t index) const {
   const uint64_t offset = uint64_t{index} * cfg_.mtu;
   return static_cast<uint32_t>(std::min<uint64_t>(cfg_.mtu, m.wr.local.length - offset));
@@ -175,24 +170,12 @@ bool Sender::WithinReorderWindow(uint64_t end) const {
   return true;
 }
 
-bool Sender::Paced() const {
-  const uint32_t hint = paths_.front().window_hint;
-  return hint != 0 && hint < cfg_.mtu;
-}
-
 bool Sender::NearTail() const {
   if (SeqLess(segment_seq_ + 1, next_msg_seq_)) return false;  // a later message waits
   const OutboundMessage* m = Find(segment_seq_);
   uint64_t left = reroute_.size();
   if (m != nullptr && !m->done) left += m->packets - m->next_to_send;
   return left < cfg_.SprayPaths();
-}
-
-bool Sender::MoreToSend() const {
-  if (!reroute_.empty()) return true;
-  const OutboundMessage* m = Find(segment_seq_);
-  if (m != nullptr && !m->done && m->next_to_send < m->packets) return true;
-  return SeqLess(segment_seq_ + 1, next_msg_seq_);  // a later message, never sent yet
 }
 
 uint32_t Sender::PullWindow() const {
@@ -449,10 +432,6 @@ void Sender::TransmitProbe(SenderPath& path, uint32_t psn) {
   MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, h.psn, static_cast<uint8_t>(h.opcode), 0,
             false, meta.src_port, h.flags);
   ++conn_.counters_.probes_sent;
-}
-
-bool Sender::WaitingForPulls() const {
-  return Clocked() && MoreToSend() && pull_paths_.empty() && pulls_owed_ >= PullWindow();
 }
 
 void Sender::AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Packet& ack,

@@ -98,7 +98,10 @@ class Sender {
   // §6), transmission, what an ACK or a NAK acknowledges, completions. The path each new packet
   // takes is the spray's (spray_, spray.h).
   OutboundMessage* Find(uint32_t msg_seq);
-  const OutboundMessage* Find(uint32_t msg_seq) const;
+  const OutboundMessage* Find(uint32_t msg_seq) const {
+    const uint32_t i = msg_seq - base_seq_;
+    return i < messages_.size() ? &messages_[i] : nullptr;
+  }
   // The next data unit to send: the reroute queue's front (then *queued points at it), else the
   // next one never sent (*queued null).
   bool NextPacket(Instant now, PacketRef* out, const Reroute** queued);
@@ -106,7 +109,12 @@ class Sender {
   // overrunning the responder's buffer?
   bool WithinReorderWindow(uint64_t end) const;
   // congestion.md §6: the share is below one packet per path (the connection is paced).
-  bool Paced() const;
+  // (In the header, as the few others below that loss detection asks per packet from its own
+  // translation unit: a call across units is not inlined.)
+  bool Paced() const {
+    const uint32_t hint = paths_.front().window_hint;
+    return hint != 0 && hint < cfg_.mtu;
+  }
   // ... and the responder pulls it: new data waits for pulls.
   bool Clocked() const { return pull_seen_ && Paced(); }
   // A clocked connection without a pull may send a new packet unsolicited while fewer than its
@@ -122,7 +130,12 @@ class Sender {
   // The share in packets, rounded up, at least 1, plus pull_bonus_.
   uint32_t PullWindow() const;
   // Data waits to be sent after the packet being sent (flags::kWantsPull).
-  bool MoreToSend() const;
+  bool MoreToSend() const {
+    if (!reroute_.empty()) return true;
+    const OutboundMessage* m = Find(segment_seq_);
+    if (m != nullptr && !m->done && m->next_to_send < m->packets) return true;
+    return SeqLess(segment_seq_ + 1, next_msg_seq_);  // a later message, never sent yet
+  }
   uint32_t PacketBytes(const OutboundMessage& m, uint32_t index) const;
   // `bytes`: PacketBytes of `ref`. `queued`: data moved or hedged off another path, sent as a
   // retransmission on its new path.
@@ -153,7 +166,9 @@ class Sender {
   void RetireAndReport();
   void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);
   // Clocked, with more to send, no pull in hand and every pull owed: it may not send.
-  bool WaitingForPulls() const;
+  bool WaitingForPulls() const {
+    return Clocked() && MoreToSend() && pull_paths_.empty() && pulls_owed_ >= PullWindow();
+  }
   // Fewer packets wait to be sent (new data and rerouted units, no later message) than the
   // connection sprays paths: the next packets are probably their paths' last for now.
   bool NearTail() const;
@@ -203,7 +218,9 @@ class Sender {
   // TailProbesDue (the connection's: tail probes on, selective recovery, nothing more to send).
   bool TailProbeAllowed(const SenderPath& path) const;
   bool PathMayTailProbe(const SenderPath& path) const;
-  bool TailProbesDue() const;
+  bool TailProbesDue() const {  // asked per ACK and per packet sent (CheckOvertaken, ArmPto)
+    return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective && !MoreToSend();
+  }
   bool LossQueryAllowed(const SenderPath& path) const;
   // When `e`, outstanding on `path`, is overdue: RACK's expected delay plus ReorderMargin.
   Instant OverdueAt(const SenderPath& path, const SentPacket& e) const;

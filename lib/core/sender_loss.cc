@@ -101,10 +101,6 @@ void Sender::ArmTailProbeAt(Instant now, SenderPath& path, Instant due) {
   }
 }
 
-bool Sender::TailProbesDue() const {
-  return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective && !MoreToSend();
-}
-
 bool Sender::PathMayTailProbe(const SenderPath& path) const {
   return path.tail_probes < kMaxTailProbes && !path.overtaken && path.outstanding() > 0 &&
          (path.state == PathState::kActive || path.state == PathState::kSuspect);
