@@ -1,7 +1,8 @@
 // The spray: which path a connection's next new packet takes (docs/spec/congestion.md §1, §3,
 // §6; docs/spec/paths-and-recovery.md [R5b]). The one place the path-choice policy lives: a new
 // policy is a change to this unit (and its tests, tests/unit/core/spray_test.cc), not to the
-// Sender, which asks it once per packet and sends the packet where it says.
+// Sender, which asks it for each new packet (and once more when none can go) and sends the
+// packet where it says.
 //
 // What it reads of each path (SenderPath, sender_path.h): id, plane, state, gbn_resending and
 // outstanding() (is the path open: Open), inflight_bytes, its window (congestion.cwnd() and
@@ -15,13 +16,17 @@
 // the responder's share) admit the packet; then the path with the fewest bytes in flight whose
 // window takes it, ties in round-robin order from a cursor that moves past each path chosen; a
 // path below one packet of window is paced at one packet per PacingRtt * bytes / window and taken
-// only when its time has come (when not, wakeup() says when). A hedge avoids its own path and
-// tries its plane first.
+// only when its time has come (when not, it lowers the caller's wakeup to when). A hedge avoids
+// its own path and tries its plane first.
 //
 // What it never does: send, arm or read a timer, change a path's state, window, RTT, PSNs or
 // bytes in flight, or allocate. The only path fields it writes are the pacing schedule (pace_*)
 // of paced paths it asks; its own state is the round-robin cursor (the pacing phase is derived
 // from the seed when a path's schedule starts).
+//
+// Preconditions: `cfg` is valid (ConnectionConfig::Validate: 1..256 paths, mtu > 0,
+// fail_after_timeouts > 0) and outlives the Spray; the paths passed are the connection's, by id
+// (paths[i].id == i), at least SprayPaths() of them, the same every call.
 //
 // Determinism: the cursor starts at (seed - 1) % SprayPaths() and the pacing phase is drawn from
 // the seed; given the same paths, requests and instants, the choices are the same. Not
