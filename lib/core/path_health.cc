@@ -279,12 +279,13 @@ bool Sender::Rotate(Instant now, SenderPath& path, PathEventReason reason) {
     path.rotate_reason = reason;
     return false;
   }
-  if (const Duration wait = RotationTokenWait(now); wait > Duration(0)) {
+  if (const Duration wait = rotations_.Wait(now, cfg_.rotation_burst, cfg_.rotation_rate);
+      wait > Duration(0)) {
     path.rotate_at = now + wait;  // [R7] rate limit: when the next token is whole
     path.rotate_reason = reason;
     return false;
   }
-  rotation_tokens_ -= 1;
+  rotations_.Take();
   path.rotate_at = kNever;
   const uint16_t old_port = path.port;
   const uint32_t span = uint32_t{cfg_.rotate_port_hi} - cfg_.rotate_port_lo + 1;
@@ -330,21 +331,6 @@ bool Sender::Rotate(Instant now, SenderPath& path, PathEventReason reason) {
   }
   SendProbe(now, path);
   return true;
-}
-
-Duration Sender::RotationTokenWait(Instant now) {
-  const double burst = cfg_.rotation_burst;
-  if (rotation_tokens_at_ == kNever) {
-    rotation_tokens_ = burst;
-  } else {
-    const double elapsed_s = std::chrono::duration<double>(now - rotation_tokens_at_).count();
-    rotation_tokens_ = std::min(burst, rotation_tokens_ + elapsed_s * cfg_.rotation_rate);
-  }
-  rotation_tokens_at_ = now;
-  if (rotation_tokens_ >= 1) return Duration(0);
-  const double wait_s = (1 - rotation_tokens_) / cfg_.rotation_rate;
-  return std::max(Duration(1), std::chrono::duration_cast<Duration>(
-                                   std::chrono::duration<double>(wait_s)) + Duration(1));
 }
 
 absl::Status Sender::RequestRotation(Instant now, uint16_t path_id) {

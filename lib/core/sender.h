@@ -22,6 +22,7 @@
 #include "lib/core/path_congestion.h"
 #include "lib/core/path_state.h"
 #include "lib/core/ring_queue.h"
+#include "lib/core/rotation_bucket.h"
 #include "lib/core/rtt_estimator.h"
 #include "lib/core/sender_path.h"
 #include "lib/core/sent_ring.h"
@@ -276,9 +277,6 @@ class Sender {
   // Rotates now and returns true, or (within the hold-down, or without a token of the rate
   // limit) schedules it and returns false.
   bool Rotate(Instant now, SenderPath& path, PathEventReason reason);
-  // [R7] the connection's rotation token bucket: refills it up to `now`; the wait until a whole
-  // token is there (0 when one is).
-  Duration RotationTokenWait(Instant now);
 
   Connection& conn_;
   const ConnectionConfig& cfg_;
@@ -324,8 +322,7 @@ class Sender {
   Duration peak_rtt_{0};
   Instant last_congestion_signal_{INT64_MIN / 2};  // latest CE mark or RTT above target, any path
   // Path health's (path_health.cc): the [R7] rotation token bucket.
-  double rotation_tokens_ = 0;            // [R7] rate limit; full at the first rotation
-  Instant rotation_tokens_at_ = kNever;   // last refill (kNever: the bucket is untouched)
+  RotationBucket rotations_;  // [R7] rate limit; full at the first rotation
   Instant last_progress_{0};
   // [R5c] the latest failure of a path for the connection's silence as a whole.
   Instant last_silence_failure_{INT64_MIN / 2};
