@@ -149,6 +149,10 @@ struct ConnectionConfig {
   uint16_t SprayPaths() const {
     return profile.spray == SprayPolicy::kSinglePath ? uint16_t{1} : path_count;
   }
+  // no_progress_timeout / (2 * fail_after_timeouts), >= 1 ns (Validate): the longest PTO, probe
+  // interval while work waits, paced interval, and connection-wide silence before a path fails
+  // for it ([R5], [R5c], [R7], congestion.md §1).
+  Duration RecoveryCap() const { return no_progress_timeout / (2 * fail_after_timeouts); }
   uint16_t InitialPort(uint16_t path) const {
     return initial_ports.empty() ? static_cast<uint16_t>(port_base + path) : initial_ports[path];
   }

@@ -13,10 +13,6 @@
 namespace metaroce::core {
 namespace {
 
-// [R5d] Tail probes per path between two of its progresses, two RTTs apart (a probe is lost like
-// any packet: 1 % of the time at 1 % loss); then only the ordinary deadline.
-constexpr uint8_t kMaxTailProbes = 3;
-
 CongestionParams CongestionFrom(const ConnectionConfig& c) {
   CongestionParams p;
   p.mtu = c.mtu;
@@ -45,26 +41,12 @@ wire::Opcode WireOpcode(WrOpcode op) {
 
 bool ConsumesReceive(WrOpcode op) { return op != WrOpcode::kWrite; }
 
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 }  // namespace
 
 Sender::Sender(Connection& conn)
-    : conn_(conn), cfg_(conn.config_), rng_state_(cfg_.seed),
-      pace_phase_([seed = uint64_t{cfg_.seed ^ 0x70616365'00000000ull}]() mutable {
-        return static_cast<double>(SplitMix64(seed) >> 11) * 0x1p-53;
-      }()),
+    : conn_(conn), cfg_(conn.config_), spray_(cfg_), rng_state_(cfg_.seed),
       plane_progress_(cfg_.plane_count, Instant{0}) {
   if (cfg_.dcqcn) dcqcn_ = std::make_unique<DcqcnRate>(*cfg_.dcqcn);
-  // The spray starts on a path of the connection's own: connections set up together would
-  // otherwise all put their first packets on path 0, whose queue then holds every one of them
-  // (and whose timers expire on all of them at once). The default seed, 1, starts on path 0.
-  rr_cursor_ = static_cast<uint16_t>((cfg_.seed - 1) % cfg_.SprayPaths());
   const CongestionParams cc = CongestionFrom(cfg_);
   // The responder's share offered at set-up, spread over the paths like the initial window.
   const uint32_t initial_hint =
@@ -83,11 +65,6 @@ Sender::Sender(Connection& conn)
 
 OutboundMessage* Sender::Find(uint32_t msg_seq) {
   return const_cast<OutboundMessage*>(std::as_const(*this).Find(msg_seq));
-}
-
-const OutboundMessage* Sender::Find(uint32_t msg_seq) const {
-  const uint32_t i = msg_seq - base_seq_;
-  return i < messages_.size() ? &messages_[i] : nullptr;
 }
 
 uint32_t Sender::PacketBytes(const OutboundMessage& m, uint32_t index) const {
@@ -145,12 +122,6 @@ bool Sender::OrderedCompletion() const {
   return cfg_.ordered_completion || cfg_.profile.placement == PlacementPolicy::kReorderBuffer;
 }
 
-bool Sender::Usable(const SenderPath& p) const { return p.state == PathState::kActive; }
-
-bool Sender::Open(const SenderPath& p) const {
-  return Usable(p) && !p.gbn_resending && p.outstanding() < wire::kSackBits;
-}
-
 bool Sender::NextPacket(Instant now, PacketRef* out, const Reroute** queued) {
   // Data moved off a failed path [R5] or hedged off an overtaken one [R5b] goes first.
   *queued = nullptr;
@@ -200,39 +171,12 @@ bool Sender::WithinReorderWindow(uint64_t end) const {
   return true;
 }
 
-uint32_t Sender::Window(const SenderPath& p) const {
-  // congestion.md §1: a share of at least one packet per path caps the connection as a whole
-  // (PickPath), each path's cwnd its own; below one packet it is each path's rate.
-  const uint32_t cwnd = p.congestion.cwnd();
-  return p.window_hint == 0 || p.window_hint >= cfg_.mtu ? cwnd : std::min(cwnd, p.window_hint);
-}
-
-uint64_t Sender::ConnectionShare() const {
-  // The responder's share is per path on average: the connection may have the sum of its paths'
-  // in flight, spread as their windows allow (a slow path's cwnd leaves the rest to the fast).
-  const uint32_t hint = paths_.front().window_hint;
-  if (hint == 0 || hint < cfg_.mtu) return UINT64_MAX;
-  return uint64_t{hint} * cfg_.SprayPaths();
-}
-
-bool Sender::Paced() const {
-  const uint32_t hint = paths_.front().window_hint;
-  return hint != 0 && hint < cfg_.mtu;
-}
-
 bool Sender::NearTail() const {
   if (SeqLess(segment_seq_ + 1, next_msg_seq_)) return false;  // a later message waits
   const OutboundMessage* m = Find(segment_seq_);
   uint64_t left = reroute_.size();
   if (m != nullptr && !m->done) left += m->packets - m->next_to_send;
   return left < cfg_.SprayPaths();
-}
-
-bool Sender::MoreToSend() const {
-  if (!reroute_.empty()) return true;
-  const OutboundMessage* m = Find(segment_seq_);
-  if (m != nullptr && !m->done && m->next_to_send < m->packets) return true;
-  return SeqLess(segment_seq_ + 1, next_msg_seq_);  // a later message, never sent yet
 }
 
 uint32_t Sender::PullWindow() const {
@@ -245,7 +189,7 @@ bool Sender::UnsolicitedAllowed(Instant now) {
   if (pulls_owed_ < PullWindow()) return true;
   if (inflight_bytes_ > 0) return false;  // its ACK, or its loss, comes first
   const uint64_t share = uint64_t{paths_.front().window_hint} * cfg_.SprayPaths();
-  const Duration rtt = PacingRtt(paths_.front());
+  const Duration rtt = Spray::PacingRtt(paths_.front(), latest_rtt_);
   const Duration interval = std::min(
       RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(rtt.count()) * cfg_.mtu /
                                                    static_cast<double>(std::max<uint64_t>(share, 1)))));
@@ -261,187 +205,7 @@ bool Sender::UnsolicitedAllowed(Instant now) {
 
 void Sender::SendPullProbe() {
   pull_probed_ = true;
-  for (uint16_t i = 0; i < cfg_.SprayPaths(); ++i) {
-    SenderPath& path = paths_[(rr_cursor_ + i) % cfg_.SprayPaths()];
-    if (!Usable(path)) continue;
-    TransmitProbe(path, path.snd_una);
-    return;
-  }
-}
-
-Duration Sender::PacingRtt(const SenderPath& path) const {
-  // A paced path sends a packet every several RTTs: its own samples are rare and old, and its
-  // smoothed RTT older still. The connection's latest sample, on any path, tells the queue now:
-  // pacing at window / latest RTT keeps the bytes in flight at the window on average whatever
-  // the queueing delay, and lets the rate recover as soon as the queue drains.
-  return latest_rtt_ == Duration(0) ? path.rtt.srtt() : latest_rtt_;  // none yet: initial_rtt
-}
-
-int Sender::PulledPath() const {
-  // A path the connection never sent on cannot be pulled on (the responder has no port to
-  // answer to): while there is one, it goes first, so that every path soon has a port and the
-  // pulls, which the responder spreads over the paths in turn, reach them all.
-  for (uint16_t i = 0; i < cfg_.SprayPaths(); ++i) {
-    const SenderPath& p = paths_[(rr_cursor_ + i) % cfg_.SprayPaths()];
-    if (p.tx_order == 0 && Usable(p)) return p.id;
-  }
-  return pull_paths_.front();
-}
-
-SenderPath* Sender::PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked,
-                             int preferred) {
-  if (dcqcn_ && !dcqcn_->MaySend(now)) {  // [B3] DCQCN's rate, before any window
-    pace_wakeup_ = std::min(pace_wakeup_, dcqcn_->NextSendAt());
-    return nullptr;
-  }
-  if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > cfg_.connection_max_inflight_bytes) {
-    return nullptr;
-  }
-  // The responder's share counts the bytes in flight on Active paths only: a path gone Suspect
-  // may be dead, and its stranded bytes must not hold back the live paths, whose progress is
-  // what lets the dead one's expiries count toward its failure ([R5]).
-  if (const uint64_t share = ConnectionShare(); share != UINT64_MAX) {
-    if (active_inflight_bytes_ > 0 && active_inflight_bytes_ + bytes > share) return nullptr;
-  }
-  if (preferred >= 0 && preferred < cfg_.SprayPaths()) {
-    SenderPath& p = paths_[preferred];
-    if (Open(p) && (p.inflight_bytes == 0 || p.inflight_bytes + bytes <= Window(p))) {
-      return &p;
-    }
-  }
-  const bool hedge = queued != nullptr && queued->hedge;
-  const uint16_t n = cfg_.SprayPaths();
-  // Fewest bytes in flight first, ties in round-robin order: with the connection's share
-  // binding rather than the paths' windows, every path has room, and first-fit in round-robin
-  // order would give each the same rate, a path behind a queue too, whose packets then hold the
-  // share the longest. Fewest in flight gives each path a rate inverse to its delay (Little's
-  // law), so the load moves off queued routes (a permutation of 1,024 hosts: 0.547 -> 0.573 of
-  // its ideal; see congestion.md §3).
-  // A hedge tries its own plane first: progress there is what lets the overtaken path's
-  // expiries count [R5a], and it leaves the other planes' share of the load alone.
-  // Usually the first path in that order takes the packet: it is found without sorting (the
-  // fewest bytes in flight, ties to the first in round-robin order), and PickPathInOrder, which
-  // sorts, is asked only when it does not (nothing was changed by looking at it: only a paced
-  // path passed over is, and a paced path goes to PickPathInOrder too).
-  if (!hedge) {
-    // Round-robin order from the cursor is [cursor, n) then [0, cursor): two plain scans.
-    const uint16_t cursor = static_cast<uint16_t>(rr_cursor_ % n);
-    uint16_t first = cursor;
-    uint32_t least = paths_[cursor].inflight_bytes;
-    for (uint16_t idx = cursor + 1; idx < n; ++idx) {
-      if (paths_[idx].inflight_bytes < least) least = paths_[idx].inflight_bytes, first = idx;
-    }
-    for (uint16_t idx = 0; idx < cursor; ++idx) {
-      if (paths_[idx].inflight_bytes < least) least = paths_[idx].inflight_bytes, first = idx;
-    }
-    SenderPath& p = paths_[first];
-    const uint32_t window = Window(p);
-    if (Open(p) && (least > 0 ? least + bytes <= window : bytes <= window || clocked)) {
-      rr_cursor_ = static_cast<uint16_t>(first + 1 == n ? 0 : first + 1);
-      return &p;
-    }
-  }
-  return PickPathInOrder(now, bytes, queued, clocked);
-}
-
-SenderPath* Sender::PickPathInOrder(Instant now, uint32_t bytes, const Reroute* queued,
-                                    bool clocked) {
-  const bool hedge = queued != nullptr && queued->hedge;
-  const uint16_t n = cfg_.SprayPaths();
-  const uint16_t cursor = static_cast<uint16_t>(rr_cursor_ % n);
-  // The order is (bytes in flight, rank in round-robin order from the cursor), and the packet
-  // goes to the first path in it that takes it. Found in one scan per pass, without sorting:
-  // the first path whose window takes the packet, and before it (bytes in flight 0, lower rank)
-  // the paced paths, each asked whether its time has come, in rank order, as the scan met them.
-  for (int pass = hedge ? 0 : 1; pass < 2; ++pass) {
-    uint64_t best_key = UINT64_MAX;
-    uint16_t best = 0;
-    std::array<uint16_t, 256> paced;  // ranks, ascending
-    std::array<uint32_t, 256> paced_window;  // ... and their windows
-    uint16_t n_paced = 0;
-    for (uint16_t rank = 0, idx = cursor; rank < n; ++rank, idx = idx + 1 == n ? 0 : idx + 1) {
-      const SenderPath& p = paths_[idx];
-      if (!Open(p)) continue;
-      if (hedge && (p.id == queued->from_path ||
-                    (pass == 0 && p.plane != paths_[queued->from_path].plane))) {
-        continue;
-      }
-      const uint32_t window = Window(p);
-      if (p.inflight_bytes == 0) {
-        if (bytes > window && !clocked) {
-          paced_window[n_paced] = window;
-          paced[n_paced++] = rank;
-          continue;
-        }
-      } else if (p.inflight_bytes + bytes > window) {
-        continue;
-      }
-      const uint64_t key = uint64_t{p.inflight_bytes} << 16 | rank;
-      if (key < best_key) best_key = key, best = idx;
-    }
-    // A paced path's key is its rank (nothing in flight): those below best_key come first.
-    for (uint16_t i = 0; i < n_paced && paced[i] < best_key; ++i) {
-      const uint32_t at = cursor + paced[i];  // no division per path
-      const uint16_t idx = static_cast<uint16_t>(at >= n ? at - n : at);
-      if (PacedPathDue(now, paths_[idx], bytes, paced_window[i])) {
-        rr_cursor_ = static_cast<uint16_t>(idx + 1 == n ? 0 : idx + 1);
-        return &paths_[idx];
-      }
-    }
-    if (best_key != UINT64_MAX) {
-      rr_cursor_ = static_cast<uint16_t>(best + 1 == n ? 0 : best + 1);
-      return &paths_[best];
-    }
-  }
-  return nullptr;
-}
-
-bool Sender::PacedPathDue(Instant now, SenderPath& p, uint32_t bytes, uint32_t window) {
-  // congestion.md §1: a window below one packet sends one packet per R * bytes / window (R:
-  // PacingRtt; at most one recovery cap apart: the connection's own timers must not take a paced
-  // path for a silent one). The paths' first packets are staggered evenly over that interval
-  // from a random phase of the connection: connections set up together do not all send at once,
-  // and each sends at its share's rate from the start.
-  const Duration rtt = PacingRtt(p);
-  if (p.pace_started && rtt == p.pace_rtt && bytes == p.pace_bytes && window == p.pace_window) {
-    // What its interval was computed from has not changed: the interval and the schedule
-    // stand (a pick asks every paced path it passes, about twice per packet sent).
-    if (p.pace_due > now) {
-      pace_wakeup_ = std::min(pace_wakeup_, p.pace_due);
-      return false;
-    }
-    p.pace_due = now + p.pace_interval;
-    return true;
-  }
-  p.pace_rtt = rtt;
-  p.pace_bytes = bytes;
-  p.pace_window = window;
-  const uint16_t n = cfg_.SprayPaths();
-  const Duration interval = std::min(
-      RecoveryCap(), Duration(static_cast<int64_t>(static_cast<double>(rtt.count()) * bytes /
-                                                   std::max(window, 1u))));
-  if (!p.pace_started) {
-    p.pace_started = true;
-    double phase = pace_phase_ + static_cast<double>(p.id % n) / n;
-    if (phase >= 1) phase -= 1;  // every path's phase is uniform across connections
-    p.pace_due = now + Duration(static_cast<int64_t>(phase * interval.count()));
-    p.pace_interval = interval;
-  } else if (interval != p.pace_interval && p.pace_due > now) {
-    // A new share (or RTT) rescales the wait still to go, not the whole interval: the paths of
-    // every connection, told of a larger share by ACKs at about the same time, keep their
-    // spread phases instead of all falling due at once.
-    p.pace_due = now + Duration(static_cast<int64_t>(
-                           static_cast<double>((p.pace_due - now).count()) *
-                           static_cast<double>(interval.count()) /
-                           static_cast<double>(std::max<int64_t>(1, p.pace_interval.count()))));
-  }
-  p.pace_interval = interval;
-  if (p.pace_due > now) {
-    pace_wakeup_ = std::min(pace_wakeup_, p.pace_due);
-    return false;
-  }
-  p.pace_due = now + interval;
-  return true;
+  if (SenderPath* path = spray_.FirstUsableInTurn(paths_)) TransmitProbe(*path, path->snd_una);
 }
 
 void Sender::Pump(Instant now) {
@@ -483,8 +247,19 @@ void Sender::Pump(Instant now) {
       whole_share =
           inflight_bytes_ + bytes <= uint64_t{paths_.front().window_hint} * cfg_.SprayPaths();
     }
-    SenderPath* path =
-        PickPath(now, bytes, queued, clocked || whole_share, on_pull ? PulledPath() : -1);
+    if (dcqcn_ && !dcqcn_->MaySend(now)) {  // [B3] DCQCN's rate, before any window
+      pace_wakeup_ = std::min(pace_wakeup_, dcqcn_->NextSendAt());
+      return;
+    }
+    SprayRequest ask;
+    ask.bytes = bytes;
+    ask.clocked = clocked || whole_share;
+    ask.queued = queued;
+    ask.preferred = on_pull ? spray_.PulledPath(paths_, pull_paths_.front()) : -1;
+    ask.inflight_bytes = inflight_bytes_;
+    ask.active_inflight_bytes = active_inflight_bytes_;
+    ask.latest_rtt = latest_rtt_;
+    SenderPath* path = spray_.Pick(now, paths_, ask, pace_wakeup_);
     if (path == nullptr) return;
     if (on_pull) {
       pull_paths_.pop_front();
@@ -590,8 +365,8 @@ bool Sender::Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransm
     // unless an earlier such request is still unanswered: an ACK-clocked sender fills its window
     // after every ACK, and asking each time made the responder ACK every few packets.
     const bool last = e.ref.index + 1 == m->packets;
-    const bool window_full = path.inflight_bytes + cfg_.mtu > Window(path) ||
-                             inflight_bytes_ + cfg_.mtu > ConnectionShare() ||
+    const bool window_full = path.inflight_bytes + cfg_.mtu > spray_.Window(path) ||
+                             inflight_bytes_ + cfg_.mtu > spray_.ConnectionShare(paths_) ||
                              path.outstanding() >= wire::kSackBits;
     const bool ask_for_room = window_full && path.delivered_order >= path.ack_request_order;
     if (ask_for_room) path.ack_request_order = e.last_tx_order;
@@ -663,184 +438,6 @@ void Sender::TransmitProbe(SenderPath& path, uint32_t psn) {
   MR_PROBE8(packet_sent, meta.conn_id, meta.path_id, h.psn, static_cast<uint8_t>(h.opcode), 0,
             false, meta.src_port, h.flags);
   ++conn_.counters_.probes_sent;
-}
-
-void Sender::SendProbe(Instant now, SenderPath& path) {
-  path.probe_psn = path.snd_una;  // every PSN below it is acknowledged or abandoned [R7]
-  TransmitProbe(path, path.probe_psn);
-  // Unanswered probes back off exponentially (a route whose RTT is far above the estimate must
-  // get the time to answer), up to 2^10 probe timeouts; a late reply still counts. [R7] While the
-  // connection is stuck (work waits and no path is Active) only up to 2^2: the search for a live
-  // route must try ports before the connection's verdict, not wait on dead ones (the rotation
-  // bucket still bounds how fast ports change).
-  const bool stuck = !messages_.empty() && std::none_of(paths_.begin(), paths_.end(),
-                                                        [](const SenderPath& p) {
-                                                          return p.state == PathState::kActive;
-                                                        });
-  const uint32_t backoff = std::min(path.probe_backoff, stuck ? 2u : 10u);
-  path.next_probe_at = now + path.rtt.ProbeTimeout(cfg_.min_probe_timeout) * (1u << backoff);
-  path.probe_backoff = std::min(path.probe_backoff + 1, 10u);
-}
-
-void Sender::ArmPto(Instant now, SenderPath& path) {
-  path.tail_probe_armed = path.loss_query_armed = false;
-  if (path.outstanding() == 0) {
-    path.pto_deadline = kNever;
-    return;
-  }
-  // [R5] a path's own recovery must be able to finish before the connection's verdict: its
-  // fail_after_timeouts expiries fit in half of no_progress_timeout, whatever the estimator says.
-  // (An RTT sample taken across a host stall gives srtt + 4 rttvar of about the stall itself, and
-  // with the backoff a lone path's failure came seconds after no_progress_timeout had ended the
-  // connection beside idle, working paths.)
-  const Duration cap = RecoveryCap();
-  if (path.overtaken) {  // [R5a] the tail-loss probe is due like any packet on this path
-    path.pto_deadline = now + std::min(OvertakenTimeout(path, nullptr), cap);
-    return;
-  }
-  // A path paced below one packet per RTT has rare samples of its own: the connection's latest
-  // one, on whichever path, tells the queue it waits behind now (congestion is not failure).
-  const uint32_t backoff = std::min<uint32_t>(path.timeouts_without_progress, 6);
-  // And never shorter than twice the connection's peak RTT: a clocked path's own estimator is
-  // rare and stale, and a packet sent into queues that stood at that delay recently may meet
-  // them again (all-to-all of 128 hosts, 2:1 oversubscribed spines: 3,020 timeouts of packets
-  // merely queued past the 50 us floor; 673 with this bound, 0.67 -> 0.82 of the ideal).
-  const Duration pto = std::max({path.rtt.ProbeTimeout(cfg_.min_probe_timeout),
-                                 latest_rtt_ + 4 * path.rtt.rttvar(), 2 * peak_rtt_});
-  path.pto_deadline = now + std::min(pto * (1u << backoff), cap);
-  ArmTailProbe(now, path, now);
-}
-
-void Sender::ArmTailProbe(Instant now, SenderPath& path, Instant since) {
-  // [R5d] RACK-TLP's probe (RFC 8985 §7) for the tail a path's SACK gaps and its siblings'
-  // overtaking cannot expose: the last packets the connection sent. Like RFC 8985's, it is due
-  // two RTTs after the latest transmission or progress, with no floor; and, like RACK's reorder
-  // timer (§6.2), as soon as the newest packet outstanding is overdue: an RTT after it went plus
-  // the reordering margin (a path's own ACK for an older packet would otherwise push the probe
-  // for the newest two RTTs on: two hosts, 10 connections at 1 % loss, a 160 us run spent its last
-  // 15 us waiting so). It is a guess and no evidence against the path; a probe is lost like any
-  // packet, so up to kMaxTailProbes go, two RTTs apart. (Without tail probes the last messages
-  // waited for the 50 us floor of the ordinary deadline: 30 connections at 1 % loss, 40 us of a
-  // 480 us run with nothing to send.)
-  // A clocked connection waiting for pulls with more to send queries instead: its data waits on
-  // the pull a lost packet took with it, and a PROBE is a header, not data the responder did not
-  // pull (data probes into a full link spiralled at 2,000 connections).
-  const bool query = LossQueryAllowed(path);
-  if (!query && !TailProbeAllowed(path)) return;
-  ArmTailProbeAllowed(now, path, since, query);
-}
-
-void Sender::ArmTailProbes(Instant now) {
-  // With nothing more to send, the connection-wide tests are these: tail probes on, selective
-  // recovery, and whether the responder clocks it (then every path's probe is a loss query);
-  // what is left of ArmTailProbe's tests is the path's own.
-  if (!cfg_.tail_probes || cfg_.profile.recovery != RecoveryPolicy::kSelective) return;
-  const bool query = Clocked();
-  for (SenderPath& p : paths_) {
-    if (query ? PathMayQuery(p) : PathMayTailProbe(p)) {
-      ArmTailProbeAllowed(now, p, p.last_tx_at, query);
-    }
-  }
-}
-
-void Sender::ArmTailProbeAllowed(Instant now, SenderPath& path, Instant since, bool query) {
-  const Duration rtt = latest_rtt_ > Duration(0) ? latest_rtt_ : path.rtt.srtt();
-  Instant due = since + 2 * rtt + cfg_.delayed_ack;
-  if ((query ? path.loss_queries : path.tail_probes) == 0) {
-    if (const uint32_t newest = TailProbePsn(since, path); newest != path.next_psn) {
-      due = std::min(due, OverdueAt(path, path.at(newest)));
-    }
-  }
-  path.loss_query_armed = query;
-  ArmTailProbeAt(now, path, due);
-}
-
-Instant Sender::OverdueAt(const SenderPath& path, const SentPacket& e) const {
-  // An RTT after it went (the connection's latest sample or the path's srtt, whichever is larger;
-  // for a paced connection at least its peak RTT: its packets cross queues its own rare samples
-  // do not see), plus the reordering margin, without the ACK delay when it asked for an ACK.
-  const Duration rtt = latest_rtt_ > Duration(0) ? latest_rtt_ : path.rtt.srtt();
-  const Duration expected = std::max({rtt, path.rtt.srtt(), Paced() ? peak_rtt_ : Duration(0)});
-  const Duration margin =
-      ReorderMargin(path, expected) - (e.ack_requested ? cfg_.delayed_ack : Duration(0));
-  return e.sent_at + expected + margin;
-}
-
-bool Sender::WaitingForPulls() const {
-  return Clocked() && MoreToSend() && pull_paths_.empty() && pulls_owed_ >= PullWindow();
-}
-
-bool Sender::LossQueryAllowed(const SenderPath& path) const {
-  return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
-         Clocked() && (!MoreToSend() || WaitingForPulls()) && PathMayQuery(path);
-}
-
-bool Sender::PathMayQuery(const SenderPath& path) const {
-  return path.loss_queries < kMaxTailProbes && !path.overtaken && path.outstanding() > 0 &&
-         (path.state == PathState::kActive || path.state == PathState::kSuspect);
-}
-
-bool Sender::TailProbesDue() const {
-  // A clocked connection's tail asks with loss queries instead (TailQueriesDue).
-  return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
-         !MoreToSend() && !Clocked();
-}
-
-bool Sender::TailQueriesDue() const {
-  return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
-         !MoreToSend() && Clocked();
-}
-
-bool Sender::PathMayTailProbe(const SenderPath& path) const {
-  return path.tail_probes < kMaxTailProbes && !path.overtaken && path.outstanding() > 0 &&
-         (path.state == PathState::kActive || path.state == PathState::kSuspect);
-}
-
-bool Sender::TailProbeAllowed(const SenderPath& path) const {
-  return PathMayTailProbe(path) && TailProbesDue();  // last: the costlier test
-}
-
-void Sender::ArmTailProbeAt(Instant now, SenderPath& path, Instant due) {
-  // A probe already overdue when it is armed goes at the next instant, not at one already past:
-  // the connection's last packet arms its siblings' probes from their own latest transmissions,
-  // and after OnTimer(now) no deadline may be at or before `now` (an owner would find the timer
-  // due again and again without its ever firing, for the entry point that armed it was the
-  // timer's own).
-  due = std::max(due, now + Duration(1));
-  if (due < path.pto_deadline) {
-    path.pto_deadline = due;
-    path.tail_probe_armed = true;
-  }
-}
-
-Duration Sender::RecoveryCap() const {
-  return cfg_.no_progress_timeout / (2 * cfg_.fail_after_timeouts);  // >= 1 ns (config.cc)
-}
-
-uint32_t Sender::FailAfter(Instant now, const SenderPath& path) const {
-  const uint32_t n = path.overtaken
-                         ? std::min(cfg_.fail_after_overtaken, cfg_.fail_after_timeouts)
-                         : cfg_.fail_after_timeouts;
-  // congestion.md §4: while the connection sees congestion (CE marks or queueing delay on any of
-  // its paths within the recovery cap), a silent path is first of all a path behind a full
-  // queue: it takes twice the evidence to fail it.
-  return now - last_congestion_signal_ < RecoveryCap() ? 2 * n : n;
-}
-
-Duration Sender::OvertakenTimeout(const SenderPath& path, const SenderPath* than) const {
-  return than == nullptr ? path.rtt.srtt() + ReorderMargin(path, path.rtt.srtt())
-                         : ReorderMargin(path, than->rtt.srtt());
-}
-
-Duration Sender::ReorderMargin(const SenderPath& path, Duration than_srtt) const {
-  // RACK's rule (RFC 8985 §6.2) across paths: a packet is overdue once it is later than
-  // expected by a quarter of the path's minimum RTT (its smoothed RTT before a sample), its
-  // expected delay exceeding that of a packet on a path of smoothed RTT `than_srtt` by the
-  // difference of their smoothed RTTs; plus the peer's ACK delay.
-  const Duration slower = std::max(Duration(0), path.rtt.srtt() - than_srtt);
-  const Duration reorder =
-      path.rtt.min_rtt() > Duration(0) ? path.rtt.min_rtt() / 4 : path.rtt.srtt();
-  return slower + reorder + cfg_.delayed_ack;
 }
 
 void Sender::AckPsn(Instant now, SenderPath& path, uint32_t psn, const wire::Packet& ack,
@@ -987,21 +584,7 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   }
   if ((ack.flags & wire::flags::kProbeReply) && path.state == PathState::kProbing &&
       ack.ack.ack_psn == path.probe_psn) {
-    // The probe's reply measures the new route even when every data packet was retransmitted
-    // (Karn's rule gives no sample then). Timed from the round's first probe, a reply to a
-    // later copy overestimates the RTT: the safe side for timeouts.
-    // paths-and-recovery.md §5: only R > 0 is a sample (a reply in the probe's own instant is
-    // a clock that did not move, not a route without delay).
-    if (path.probe_unanswered && now > path.probe_started_at) {
-      path.rtt.AddSample(now - path.probe_started_at);
-    }
-    path.probe_unanswered = false;
-    path.probe_backoff = 0;
-    if (++path.probe_replies >= cfg_.probes_to_activate) {
-      path.next_probe_at = kNever;
-      path.probe_timeouts = 0;
-      SetState(now, path, PathState::kActive, PathEventReason::kProbeReply);
-    }
+    OnProbeReply(now, path);
   }
   const uint32_t cum = ack.ack.cum_psn;
   if (SeqLess(path.next_psn, cum)) return;  // acknowledges PSNs never sent: ignore
@@ -1058,48 +641,6 @@ void Sender::OnAck(Instant now, const wire::Packet& ack) {
   if (cfg_.profile.recovery == RecoveryPolicy::kSelective) DetectLosses(now, path);
   RetireAndReport();
   Pump(now);
-}
-
-void Sender::DetectLosses(Instant now, SenderPath& path) {
-  // [R4] a PSN whose latest transmission precedes a transmission known to have arrived is lost:
-  // one path is one FIFO route, so it cannot be merely late. Retransmit it now, same path.
-  // Transmissions are examined once each, in the order they were made, up to delivered_order:
-  // a PSN's first transmission at the PSN cursor, a retransmission in `retransmits`. A PSN
-  // waiting for an RNR delay is not lost: its retry is the RNR timer's ([M5]).
-  const auto lost = [&](uint32_t psn, const SentPacket& e) {
-    MR_PROBE6(sack_gap, cfg_.local_conn_id, path.id, psn, path.snd_una, path.next_psn,
-              e.transmissions);
-    // congestion.md §4: an overflow drop (a queue around it) cuts the window; a random one not.
-    if (path.congestion.OnLoss(now, path.rtt.srtt())) ++conn_.counters_.congestion_loss_cuts;
-    Retransmit(now, path, psn, Why::kGap);
-  };
-  if (SeqLess(path.loss_scan_psn, path.snd_una)) path.loss_scan_psn = path.snd_una;
-  while (!failed_ && SeqLess(path.loss_scan_psn, path.next_psn)) {
-    const uint32_t psn = path.loss_scan_psn;
-    const SentPacket& e = path.at(psn);
-    if (e.first_tx_order >= path.delivered_order) break;  // first transmissions go in PSN order
-    ++path.loss_scan_psn;
-    // Sent again since: its latest transmission is in `retransmits`.
-    if (e.transmissions == 1 && !e.acked && e.rnr_until <= now) lost(psn, e);
-  }
-  while (!failed_ && path.retransmits_head < path.retransmits.size()) {
-    const SenderPath::Retransmission r = path.retransmits[path.retransmits_head];
-    if (r.tx_order >= path.delivered_order) break;
-    ++path.retransmits_head;
-    if (!path.IsOutstanding(r.psn)) continue;
-    const SentPacket& e = path.at(r.psn);
-    if (e.acked || e.last_tx_order != r.tx_order || e.rnr_until > now) continue;  // superseded
-    lost(r.psn, e);
-  }
-  if (failed_) return;
-  if (path.retransmits_head == path.retransmits.size()) {
-    path.retransmits.clear();
-    path.retransmits_head = 0;
-  } else if (path.retransmits_head > path.retransmits.size() / 2) {
-    path.retransmits.erase(path.retransmits.begin(),
-                           path.retransmits.begin() + static_cast<ptrdiff_t>(path.retransmits_head));
-    path.retransmits_head = 0;
-  }
 }
 
 void Sender::OnNak(Instant now, SenderPath& path, const wire::Packet& ack) {
@@ -1193,19 +734,7 @@ void Sender::OnTimer(Instant now) {
   }
   for (SenderPath& path : paths_) {
     if (failed_) return;
-    if (path.rotate_at <= now) {
-      MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerRotation);
-      Rotate(now, path, path.rotate_reason);
-    }
-    if (path.state == PathState::kProbing && path.next_probe_at <= now) {
-      MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerProbe);
-      bool rotated = false;
-      if (++path.probe_timeouts >= cfg_.fail_after_timeouts) {
-        path.probe_timeouts = 0;
-        rotated = Rotate(now, path, PathEventReason::kProbeTimeout);  // sends its own probe
-      }
-      if (!rotated && path.state == PathState::kProbing) SendProbe(now, path);
-    }
+    OnRotationAndProbeTimers(now, path);
     if (path.pto_deadline <= now) OnPathTimeout(now, path);
   }
   if (failed_) return;
@@ -1217,398 +746,6 @@ void Sender::OnTimer(Instant now) {
   }
   RetireAndReport();
   Pump(now);
-}
-
-void Sender::CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent) {
-  // [R5a] A packet sent on `acked` at newest_sent has arrived. A sibling path whose oldest
-  // outstanding packet was sent earlier than that by more than the two paths' difference in
-  // delay allows (OvertakenTimeout) has lost it, or its route is slower than its estimate says:
-  // either way its probe timeout is due, after one more ACK delay (its ACK may be behind this
-  // one in the same batch), and until it makes progress its timer runs at its expected delay
-  // (ArmPto). A stalled host delays every path alike, so this evidence needs no timer floor.
-  if (cfg_.profile.spray != SprayPolicy::kAllPaths) return;
-  const Duration acked_srtt = acked.rtt.srtt();
-  // The connection's half of [R5d]'s test, the same for every path: asked at most once per ACK,
-  // when a sibling first needs it (nothing below changes what is left to send).
-  enum { kUnknown, kDue, kNotDue } tail_probes = kUnknown;
-  for (SenderPath& other : paths_) {
-    if (other.outstanding() == 0 || &other == &acked) continue;
-    // The usual case first, before anything else of the sibling is read: its oldest packet,
-    // sent once, went at or after newest_sent. So did every later PSN (a path's PSNs are first
-    // sent in order): nothing of it is overdue, and nothing is behind the packet delivered.
-    const SentPacket& oldest_packet = other.at(other.snd_una);
-    if (oldest_packet.transmissions == 1 && oldest_packet.sent_at >= newest_sent) continue;
-    if (other.state != PathState::kActive && other.state != PathState::kSuspect) continue;
-    if (newest_sent <= other.last_timeout_at) continue;  // not newer than its last expiry
-    if (plane_progress_[other.plane] <= other.stall_suspected_at) continue;  // see OnPathTimeout
-    if (oldest_packet.rnr_until != Instant{0}) continue;  // the responder asked it to wait
-    // OvertakenTimeout(other, &acked) is never negative (config.cc: delayed_ack >= 0): a packet
-    // that went after newest_sent is not overdue, and its margin is not computed.
-    const Duration out_for = newest_sent - oldest_packet.sent_at;
-    if (out_for > Duration(0) && out_for > ReorderMargin(other, acked_srtt)) {
-      other.overtaken = true;
-      other.pto_deadline = std::min(other.pto_deadline, now + cfg_.delayed_ack);
-      continue;
-    }
-    if (tail_probes == kUnknown) tail_probes = TailProbesDue() || TailQueriesDue() ? kDue : kNotDue;
-    if (tail_probes == kDue) ProbeTailBehind(now, other, acked_srtt, newest_sent);
-  }
-}
-
-void Sender::ProbeTailBehind(Instant now, SenderPath& path, Duration acked_srtt,
-                             Instant newest_sent) {
-  // [R5d] RACK's loss rule (RFC 8985 §6.2) across paths, for the connection's tail, where it has
-  // nothing new to send: a packet sent before one just delivered is overdue once it has been out
-  // for that packet's RTT (RACK.rtt) plus the reordering margin between the two paths. Its tail
-  // probe is due then, not an RTT later by its own path's smoothed RTT, which the queues of the
-  // run's busy part still inflate (two hosts, 10 connections at 1 % loss: the last message waited
-  // 9.8 us for the probe of a packet lost 0.7 us before four delivered siblings). A probe, not a
-  // verdict: the path's state and window do not change, and at most kMaxTailProbes go. (A
-  // clocked connection's probe is a loss query, brought forward alike.)
-  const bool query = Clocked();
-  if (query ? !PathMayQuery(path) : !PathMayTailProbe(path)) return;
-  const uint32_t newest = TailProbePsn(now, path);
-  if (newest == path.next_psn) return;
-  const SentPacket& e = path.at(newest);
-  if (e.sent_at >= newest_sent) return;
-  const Duration margin = ReorderMargin(path, acked_srtt) -
-                          (e.ack_requested ? cfg_.delayed_ack : Duration(0));
-  const Instant due = std::max(now, e.sent_at + (now - newest_sent) + margin);
-  path.loss_query_armed = query;
-  ArmTailProbeAt(now, path, due);
-}
-
-void Sender::Hedge(Instant now, SenderPath& path) {
-  for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn); ++psn) {
-    SentPacket& e = path.at(psn);
-    if (e.acked || e.hedged || e.rnr_until > now) continue;
-    const OutboundMessage* m = Find(e.ref.msg_seq);
-    if (m == nullptr || m->done || m->IsAcked(e.ref.index)) continue;
-    e.hedged = true;
-    reroute_.push_back(Reroute{e.ref, path.id, true});
-  }
-}
-
-bool Sender::OnlyFillersOutstanding(const SenderPath& path) const {
-  for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn); ++psn) {
-    const SentPacket& e = path.at(psn);
-    if (e.acked) continue;
-    const OutboundMessage* m = Find(e.ref.msg_seq);
-    if (m != nullptr && !m->done && !m->IsAcked(e.ref.index)) return false;
-  }
-  return true;
-}
-
-void Sender::SendLossQuery(Instant now, SenderPath& path) {
-  ++path.loss_queries;
-  path.loss_query_order = path.tx_order;
-  path.loss_query_at = now;
-  TransmitProbe(path, path.snd_una);
-  ++conn_.counters_.loss_queries;
-}
-
-void Sender::ResolveLossQuery(Instant now, SenderPath& path) {
-  // [R5d] The PROBE went after these transmissions on the same route, and when they were already
-  // overdue: not acknowledged by its reply, they were lost. (Transmissions not yet overdue then
-  // may still have been behind it at the host, whose NIC may send a PROBE first: not judged.)
-  const uint64_t order = path.loss_query_order;
-  const Instant asked = path.loss_query_at;
-  path.loss_query_order = 0;
-  for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn) && !failed_; ++psn) {
-    const SentPacket& e = path.at(psn);
-    if (e.acked || e.last_tx_order > order || e.rnr_until > now) continue;
-    if (OverdueAt(path, e) > asked) continue;
-    Retransmit(now, path, psn, Why::kGap);
-  }
-}
-
-uint32_t Sender::TailProbePsn(Instant now, const SenderPath& path) const {
-  for (uint32_t psn = path.next_psn; psn != path.snd_una;) {
-    --psn;
-    const SentPacket& e = path.at(psn);
-    if (!e.acked && e.rnr_until <= now) return psn;
-  }
-  return path.next_psn;
-}
-
-void Sender::OnPathTimeout(Instant now, SenderPath& path) {
-  MR_PROBE3(timer_fired, cfg_.local_conn_id, path.id, probe::kTimerPathTimeout);
-  if (path.outstanding() == 0) {
-    path.pto_deadline = kNever;
-    return;
-  }
-  if (path.tail_probe_armed) {
-    // [R5d] no evidence, no state change: the newest packet again, then the ordinary deadline
-    // (armed once, below: the probe is not a retransmission that re-arms it).
-    // Which kind of probe goes is decided now, not when it was armed: a connection that has
-    // started waiting for pulls since asks with a PROBE after the overdue packets, whose reply
-    // says whether they arrived (a tail probe sends nothing while more waits to be sent, and the
-    // query ArmPto would then arm is already overdue: a deadline left at `now` by its own expiry).
-    // A query armed before a pull came sends nothing: the connection is sending again.
-    const bool query_armed = path.loss_query_armed;
-    path.tail_probe_armed = path.loss_query_armed = false;
-    if (LossQueryAllowed(path)) {
-      SendLossQuery(now, path);
-    } else if (!query_armed) {
-      ++path.tail_probes;
-      if (const uint32_t probe = TailProbePsn(now, path); probe != path.next_psn && !MoreToSend()) {
-        Retransmit(now, path, probe, Why::kTailProbe);
-      }
-    }
-    if (!failed_) ArmPto(now, path);
-    return;
-  }
-  // [R5] step 1: a path whose every outstanding PSN waits for the responder (RNR, [M5]) is not
-  // silent: the expiry re-arms and does nothing else. It is not the path's latest expiry either,
-  // which would set aside the progress made before it (step 2, [R5a]).
-  const uint32_t probe = TailProbePsn(now, path);
-  if (cfg_.profile.recovery == RecoveryPolicy::kSelective && probe == path.next_psn) {
-    ArmPto(now, path);
-    return;
-  }
-  // [R5b] Whatever the expiry proves, the data units waiting on an overtaken path get a second
-  // chance on a live one: its messages complete, and the application's next ones give the
-  // path's siblings fresh evidence.
-  // A path whose ACKs carried marks or queueing delay within its last two RTTs is slow behind a
-  // queue, not lost: a second copy of its data would only add to the queue (a permutation of
-  // 1,024 hosts hedged 37,000 packets, 7 % of its load, onto routes as congested).
-  const bool queued = now - path.congestion.last_signal() <= 2 * path.rtt.srtt();
-  if (path.overtaken && !queued) Hedge(now, path);
-  // [R5a] An overtaken path's timer runs at its expected delay, which a stall of the peer or of
-  // the network as a whole would also exceed: it counts only if some path of its plane made
-  // progress since the previous expiry, or no other path has anything outstanding (nothing to
-  // compare with: the sender waits on this path alone). Otherwise back to the ordinary timer.
-  // A plane whose paths are all silent at once may be stalled as a whole (on a software fabric
-  // its routers are descheduled together), and rotating every path of it would be the storm the
-  // hysteresis is there to prevent. It may also have lost every route (a dead spine under all its
-  // paths): so the evidence is set aside until the plane makes progress again, and the ordinary
-  // timer, which the other planes' ACKs no longer re-arm, fails the path if the silence lasts.
-  const bool others_outstanding =
-      std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
-        return &p != &path && p.outstanding() > 0 && p.state != PathState::kFailed;
-      });
-  if (path.overtaken && plane_progress_[path.plane] <= path.last_timeout_at && others_outstanding) {
-    path.overtaken = false;
-    path.stall_suspected_at = now;
-    ArmPto(now, path);
-    return;
-  }
-  // [R5] An ordinary expiry is evidence against this path only if the connection made progress
-  // since the path's previous expiry, or nothing else is outstanding. When every path is silent
-  // at once, the peer, this host or the network as a whole has stalled: the expiry still sends
-  // its tail-loss probe, but it does not count toward failure (failing every path would be the
-  // storm the hysteresis of [R7] is there to prevent, with nowhere to move their data), and the
-  // connection's no_progress_timeout judges the silence.
-  // (An overtaken path that passed the gate above always is: its plane made progress.)
-  const bool attributable = cfg_.profile.spray != SprayPolicy::kAllPaths || !others_outstanding ||
-                            last_progress_ > path.last_timeout_at || OnlyFillersOutstanding(path);
-  // ... but "every path is silent" is only a fair reading if every path was asked. Paths with
-  // nothing outstanding have said nothing: several paths dead behind one route while the rest of
-  // the connection is idle would otherwise keep each other's expiries from counting until the
-  // connection itself gave up. Their data goes to the idle paths as hedges [R5b]: if the hedges
-  // are acknowledged the connection made progress, and this path's next expiry counts.
-  const bool idle_sibling =
-      !attributable && std::any_of(paths_.begin(), paths_.end(), [&](const SenderPath& p) {
-        return &p != &path && Usable(p) && p.outstanding() == 0;
-      });  // (asked only of an expiry the silence reading would set aside)
-  if (!attributable && !path.overtaken && idle_sibling) Hedge(now, path);
-  path.last_timeout_at = now;
-  if (cfg_.profile.recovery == RecoveryPolicy::kGoBackN) {
-    path.gbn_resending = gbn_pending_ = true;
-    path.gbn_resend = path.snd_una;
-    path.gbn_last_goback = now;
-  } else {
-    // [R5] tail loss probe: resend the highest outstanding PSN; its ACK exposes gaps below.
-    // (`probe`: not next_psn, checked above; nothing since acknowledged or paused a PSN.)
-    // The expiry that reaches the failure count fails the path: no tail probe into it.
-    // [R5c] ... and so does an unattributed one once the whole connection has been silent for the
-    // recovery cap with nothing idle to ask, one path per cap: every
-    // route of the connection may be dead (all its paths hashed onto one dead link), which no
-    // stall reading can tell apart, and only a new port finds out. A stall pays a bounded price.
-    const bool silence_fails = cfg_.profile.spray == SprayPolicy::kAllPaths && !attributable &&
-                               !idle_sibling && now - last_progress_ >= RecoveryCap() &&
-                               now - last_silence_failure_ >= RecoveryCap();
-    if (silence_fails || (cfg_.profile.spray == SprayPolicy::kAllPaths && attributable &&
-                          path.attributed_timeouts + 1 >= FailAfter(now, path))) {
-      ++path.stats.timeouts;
-      if (path.state == PathState::kActive) {
-        SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
-      }
-      if (silence_fails) last_silence_failure_ = now;
-      FailPath(now, path, silence_fails ? PathEventReason::kSilence : PathEventReason::kFailed);
-      return;
-    }
-    Retransmit(now, path, probe, Why::kTimeout);
-    if (failed_) return;
-  }
-  ++path.stats.timeouts;
-  ++path.timeouts_without_progress;
-  if (attributable) ++path.attributed_timeouts;
-  if (path.state == PathState::kActive) {
-    SetState(now, path, PathState::kSuspect, PathEventReason::kTimeout);
-  }
-  const bool can_fail_over = cfg_.profile.spray == SprayPolicy::kAllPaths;
-  if (can_fail_over && path.attributed_timeouts >= FailAfter(now, path)) {
-    FailPath(now, path, PathEventReason::kFailed);
-    return;
-  }
-  ArmPto(now, path);
-}
-
-void Sender::FailPath(Instant now, SenderPath& path, PathEventReason reason) {
-  SetState(now, path, PathState::kFailed, reason);
-  // [R5] move every unacknowledged packet to the other paths; abandon this PSN space.
-  for (uint32_t psn = path.snd_una; SeqLess(psn, path.next_psn); ++psn) {
-    SentPacket& e = path.at(psn);
-    if (e.acked) continue;
-    e.acked = true;  // resolved: abandoned
-    inflight_bytes_ -= e.bytes;
-    const OutboundMessage* m = Find(e.ref.msg_seq);
-    if (m != nullptr && !m->done && !m->IsAcked(e.ref.index)) {
-      reroute_.push_back(Reroute{e.ref, path.id, false});
-      ++conn_.counters_.rerouted_packets;
-    }
-  }
-  path.inflight_bytes = 0;
-  path.snd_una = path.next_psn;
-  ReleaseIdle(path);
-  path.pto_deadline = kNever;
-  path.timeouts_without_progress = path.attributed_timeouts = 0;
-  path.overtaken = false;
-  path.loss_query_order = 0;
-  path.stall_suspected_at = Instant{INT64_MIN / 2};  // a new route starts afresh
-  Rotate(now, path, reason);
-}
-
-bool Sender::Rotate(Instant now, SenderPath& path, PathEventReason reason) {
-  if (now - path.last_rotation < cfg_.rotation_holddown) {
-    path.rotate_at = path.last_rotation + cfg_.rotation_holddown;  // [R7] hold-down
-    path.rotate_reason = reason;
-    return false;
-  }
-  if (const Duration wait = RotationTokenWait(now); wait > Duration(0)) {
-    path.rotate_at = now + wait;  // [R7] rate limit: when the next token is whole
-    path.rotate_reason = reason;
-    return false;
-  }
-  rotation_tokens_ -= 1;
-  path.rotate_at = kNever;
-  const uint16_t old_port = path.port;
-  const uint32_t span = uint32_t{cfg_.rotate_port_hi} - cfg_.rotate_port_lo + 1;
-  uint16_t port = old_port;
-  for (int attempt = 0; attempt < 32; ++attempt) {
-    const auto candidate =
-        static_cast<uint16_t>(cfg_.rotate_port_lo + SplitMix64(rng_state_) % span);
-    const bool taken = candidate == cfg_.udp_port ||
-                       std::any_of(paths_.begin(), paths_.end(),
-                                   [&](const SenderPath& p) { return p.port == candidate; });
-    if (!taken) {
-      port = candidate;
-      break;
-    }
-  }
-  path.port = port;
-  path.last_rotation = now;
-  ++path.stats.rotations;
-  PathEvent ev;
-  ev.at = now;
-  ev.conn_id = cfg_.local_conn_id;
-  ev.path_id = path.id;
-  ev.kind = PathEvent::Kind::kPortRotated;
-  ev.from = ev.to = path.state;
-  ev.old_port = old_port;
-  ev.new_port = port;
-  ev.reason = reason;
-  conn_.EmitEvent(ev);
-  MR_PROBE6(port_rotated, ev.conn_id, ev.path_id, old_port, port, static_cast<uint8_t>(reason),
-            static_cast<uint8_t>(path.state));
-  // A new route: forget what the old one taught us.
-  path.congestion.Reset();
-  path.rtt.Reset();
-  path.degraded_since = kNever;
-  path.probe_replies = 0;
-  path.probe_timeouts = 0;
-  SetState(now, path, PathState::kProbing, reason);
-  if (!path.probe_unanswered) {
-    // A new round. While earlier probes are unanswered their start is kept: a late reply to
-    // one of them then overestimates the RTT rather than underestimating it.
-    path.probe_started_at = now;
-    path.probe_unanswered = true;
-  }
-  SendProbe(now, path);
-  return true;
-}
-
-Duration Sender::RotationTokenWait(Instant now) {
-  const double burst = cfg_.rotation_burst;
-  if (rotation_tokens_at_ == kNever) {
-    rotation_tokens_ = burst;
-  } else {
-    const double elapsed_s = std::chrono::duration<double>(now - rotation_tokens_at_).count();
-    rotation_tokens_ = std::min(burst, rotation_tokens_ + elapsed_s * cfg_.rotation_rate);
-  }
-  rotation_tokens_at_ = now;
-  if (rotation_tokens_ >= 1) return Duration(0);
-  const double wait_s = (1 - rotation_tokens_) / cfg_.rotation_rate;
-  return std::max(Duration(1), std::chrono::duration_cast<Duration>(
-                                   std::chrono::duration<double>(wait_s)) + Duration(1));
-}
-
-void Sender::SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason) {
-  if (path.state == to) return;
-  PathEvent ev;
-  ev.at = now;
-  ev.conn_id = cfg_.local_conn_id;
-  ev.path_id = path.id;
-  ev.kind = PathEvent::Kind::kStateChange;
-  ev.from = path.state;
-  ev.to = to;
-  ev.old_port = ev.new_port = path.port;
-  ev.reason = reason;
-  if (ev.from == PathState::kActive) active_inflight_bytes_ -= path.inflight_bytes;
-  if (to == PathState::kActive) active_inflight_bytes_ += path.inflight_bytes;
-  path.state = to;
-  MR_PROBE5(path_state, ev.conn_id, ev.path_id, static_cast<uint8_t>(ev.from),
-            static_cast<uint8_t>(to), static_cast<uint8_t>(reason));
-  conn_.EmitEvent(ev);
-}
-
-void Sender::CheckDegraded(Instant now, SenderPath& path) {
-  if (cfg_.profile.spray != SprayPolicy::kAllPaths || path.state != PathState::kActive) return;
-  if (path.congestion.ecn_fraction() < cfg_.degraded_ecn_fraction) {
-    path.degraded_since = kNever;
-    return;
-  }
-  // congestion.md §4: a route congested alone. When half or more of the other Active paths are
-  // marked too (at least half as often), the queue is one they share (the responder's link in
-  // an incast), which a new port cannot steer around.
-  uint32_t siblings = 0, marked = 0;
-  for (const SenderPath& p : paths_) {
-    if (&p == &path || p.state != PathState::kActive) continue;
-    ++siblings;
-    if (p.congestion.ecn_fraction() >= cfg_.degraded_ecn_fraction / 2) ++marked;
-  }
-  if (siblings > 0 && 2 * marked >= siblings) {
-    path.degraded_since = kNever;
-    return;
-  }
-  if (path.degraded_since == kNever) {
-    path.degraded_since = now;
-  } else if (now - path.degraded_since >= cfg_.degraded_hold) {
-    Rotate(now, path, PathEventReason::kPersistentCongestion);
-  }
-}
-
-absl::Status Sender::RequestRotation(Instant now, uint16_t path_id) {
-  if (path_id >= paths_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("path ", path_id, " does not exist (", paths_.size(), " paths)"));
-  }
-  if (cfg_.profile.spray != SprayPolicy::kAllPaths) {
-    return absl::FailedPreconditionError("single-path transports do not rotate ports");
-  }
-  Rotate(now, paths_[path_id], PathEventReason::kManual);
-  return absl::OkStatus();
 }
 
 void Sender::Flush(Instant now, std::optional<uint32_t> culprit, WcStatus status) {

@@ -2,10 +2,19 @@
 // segmentation and spraying over paths, per-path loss recovery, congestion windows, path health
 // and source-port rotation. docs/spec/paths-and-recovery.md is the normative description; comments
 // below cite its rules as [R#].
+//
+// One class, four units (docs/architecture.md, "The sender's units"): queueing and sending
+// (sender.cc), the path a new packet takes (Spray, spray.h: a class of its own, with its own
+// tests), loss detection (sender_loss.cc) and path health (path_health.cc). The last two are
+// Sender members in their own translation units, declared below in their own groups; the
+// per-path state they share is SenderPath (sender_path.h). Entry points (Post, OnAck, OnTimer,
+// Pump) are sender.cc's and call the others in order.
+// Not thread-safe: the Connection's owner calls it from one thread.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -14,8 +23,11 @@
 #include "lib/core/path_congestion.h"
 #include "lib/core/path_state.h"
 #include "lib/core/ring_queue.h"
+#include "lib/core/rotation_bucket.h"
 #include "lib/core/rtt_estimator.h"
+#include "lib/core/sender_path.h"
 #include "lib/core/sent_ring.h"
+#include "lib/core/spray.h"
 #include "lib/core/sequence.h"
 #include "lib/core/types.h"
 #include "lib/wire/packet.h"
@@ -65,105 +77,6 @@ struct OutboundMessage {
   }
 };
 
-// A data unit waiting for a new transmission on another path: moved off a failed path [R5], or
-// hedged off an overtaken one [R5b], which keeps its PSN there as well.
-struct Reroute {
-  PacketRef ref;
-  uint16_t from_path = 0;
-  bool hedge = false;
-};
-
-// The requester's view of one logical path.
-// The fields a pick of the path reads (Sender::PickPath: Open and Window, for every path, about
-// twice per packet sent) come first, in one cache line: between two packets the copies of a
-// jumbo frame's payload evict the path state, and these fields had been spread over four lines.
-struct alignas(64) SenderPath {
-  SenderPath(uint16_t id, const CongestionParams& cc, Duration initial_rtt)
-      : id(id), congestion(cc), rtt(initial_rtt) {}
-
-  uint16_t id;
-  uint16_t port = 0;
-  uint8_t plane = 0;
-  PathState state = PathState::kActive;
-  // Go-back-N: resend everything in [gbn_resend, next_psn) before new data.
-  bool gbn_resending = false;
-  uint32_t snd_una = 0;   // lowest PSN neither acknowledged nor abandoned
-  uint32_t next_psn = 0;  // next PSN to assign
-  uint32_t inflight_bytes = 0;
-  uint32_t window_hint = 0;
-  PathCongestion congestion;  // its cwnd first
-  SentRing ring;          // PSNs [snd_una, next_psn); storage only while some are outstanding
-  uint64_t tx_order = 0;                 // transmissions made on this path
-  Instant last_tx_at{0};                 // ... the latest of them
-  uint64_t delivered_order = 0;          // highest transmission known to have arrived [R4]
-  uint64_t ack_request_order = 0;        // last transmission that asked for an ACK as the window filled
-  // [R4] loss detection examines each transmission once, in transmission order: first
-  // transmissions in PSN order (those of PSNs below loss_scan_psn are done) and retransmissions
-  // in the order made (retransmits[retransmits_head..]). Each ACK then costs the losses it
-  // reveals, not a walk of the window. Storage only while retransmissions are outstanding.
-  struct Retransmission {
-    uint64_t tx_order;
-    uint32_t psn;
-  };
-  uint32_t loss_scan_psn = 0;
-  std::vector<Retransmission> retransmits;
-  size_t retransmits_head = 0;
-  uint32_t last_ce_count = 0;  // highest cumulative CE count echoed so far
-  // A window below one packet is a rate (congestion.md §1): one new packet per
-  // srtt * bytes / window, the first at a random phase within that interval.
-  bool pace_started = false;
-  Instant pace_due{0};        // when the next paced packet may go
-  Duration pace_interval{0};  // the interval pace_due was computed with
-  Duration pace_rtt{0};       // ... from this PacingRtt, packet size and window
-  uint32_t pace_bytes = 0;
-  uint32_t pace_window = 0;
-  RttEstimator rtt;
-  // Tail loss / health [R5].
-  Instant pto_deadline = kNever;
-  uint32_t timeouts_without_progress = 0;  // PTO expiries since the last progress: the backoff
-  uint32_t attributed_timeouts = 0;  // ... of which evidence against this path: toward failure
-  Instant last_timeout_at{INT64_MIN / 2};  // latest PTO expiry: evidence must be newer [R5a]
-  bool overtaken = false;  // [R5a] siblings delivered later packets; no progress here since
-  // [R5d] the deadline armed is the tail probe's; and how many went since the path's last
-  // progress.
-  bool tail_probe_armed = false;
-  uint8_t tail_probes = 0;
-  // ... and, for a clocked connection with more to send, the probe armed is a loss query: a PROBE
-  // whose reply tells whether the overdue packets arrived (loss_query_order: transmissions up to
-  // it, overdue by loss_query_at, are judged by the reply; 0: none pending).
-  bool loss_query_armed = false;
-  uint8_t loss_queries = 0;  // since the path's last progress
-  uint64_t loss_query_order = 0;
-  Instant loss_query_at{0};
-  // [R5a] the stall gate set the overtaken evidence aside then: until the path's plane makes
-  // progress again, only the ordinary timer judges the path.
-  Instant stall_suspected_at{INT64_MIN / 2};
-  // Rotation and probing [R7].
-  Instant last_rotation{INT64_MIN / 2};
-  Instant rotate_at = kNever;  // a rotation is pending (hold-down)
-  PathEventReason rotate_reason = PathEventReason::kFailed;
-  Instant next_probe_at = kNever;
-  uint32_t probe_psn = 0;
-  Instant probe_started_at{0};  // first probe not yet answered: its reply is an RTT sample
-  bool probe_unanswered = false;
-  uint32_t probe_backoff = 0;    // doublings of the probe interval since the last reply
-  uint32_t probe_replies = 0;
-  uint32_t probe_timeouts = 0;
-  Instant degraded_since = kNever;
-  uint32_t gbn_resend = 0;  // go-back-N (gbn_resending above)
-  Instant gbn_last_goback{INT64_MIN / 2};
-  double utilization = 0;
-  PathStats stats;
-
-  // Precondition: psn in [snd_una, next_psn) (sent_ring.h).
-  SentPacket& at(uint32_t psn) { return ring.at(psn); }
-  const SentPacket& at(uint32_t psn) const { return ring.at(psn); }
-  bool IsOutstanding(uint32_t psn) const {
-    return SeqLessEq(snd_una, psn) && SeqLess(psn, next_psn);
-  }
-  uint32_t outstanding() const { return next_psn - snd_una; }
-};
-
 class Sender {
  public:
   Sender(Connection& conn);
@@ -183,35 +96,27 @@ class Sender {
   size_t outstanding() const { return messages_.size(); }
 
  private:
+  // ---- Queueing and sending (sender.cc): messages, segmentation, the pull clock (congestion.md
+  // §6), transmission, what an ACK or a NAK acknowledges, completions. The path each new packet
+  // takes is the spray's (spray_, spray.h).
   OutboundMessage* Find(uint32_t msg_seq);
-  const OutboundMessage* Find(uint32_t msg_seq) const;
+  const OutboundMessage* Find(uint32_t msg_seq) const {
+    const uint32_t i = msg_seq - base_seq_;
+    return i < messages_.size() ? &messages_[i] : nullptr;
+  }
   // The next data unit to send: the reroute queue's front (then *queued points at it), else the
   // next one never sent (*queued null).
   bool NextPacket(Instant now, PacketRef* out, const Reroute** queued);
   // Reorder-buffer baseline [B2]: may a packet ending at stream position `end` be sent without
   // overrunning the responder's buffer?
   bool WithinReorderWindow(uint64_t end) const;
-  // A usable path whose window takes `bytes` more, round robin. A hedge [R5b] avoids its own
-  // path and prefers its plane.
-  // A path whose window is below one packet is paced (congestion.md §1): it is picked when its
-  // time has come, and otherwise sets pace_wakeup_.
-  // A connection the responder pulls (`clocked`: Clocked()) sends on pulls, not at a rate: any
-  // idle usable path takes its packet, `preferred` (PulledPath()) first.
-  SenderPath* PickPath(Instant now, uint32_t bytes, const Reroute* queued, bool clocked,
-                       int preferred = -1);
-  // PickPath's choice made the long way: the first path, in the order of (bytes in flight,
-  // round-robin rank), that takes the packet; each paced path before it asked PacedPathDue.
-  SenderPath* PickPathInOrder(Instant now, uint32_t bytes, const Reroute* queued, bool clocked);
-  // A path paced below one packet per RTT (idle, `window`, its Window(), below `bytes`): is its
-  // next packet due?
-  // Starts or rescales its schedule; when it is not due, sets pace_wakeup_ to when it is.
-  bool PacedPathDue(Instant now, SenderPath& path, uint32_t bytes, uint32_t window);
-  // Usable, not resending go-back-N, room in its SACK window: the path can take a new packet.
-  bool Open(const SenderPath& path) const;
-  // The path a pulled packet should take: one never sent on, else the pull's own.
-  int PulledPath() const;
   // congestion.md §6: the share is below one packet per path (the connection is paced).
-  bool Paced() const;
+  // (In the header, as the few others below that loss detection asks per packet from its own
+  // translation unit: a call across units is not inlined.)
+  bool Paced() const {
+    const uint32_t hint = paths_.front().window_hint;
+    return hint != 0 && hint < cfg_.mtu;
+  }
   // ... and the responder pulls it: new data waits for pulls.
   bool Clocked() const { return pull_seen_ && Paced(); }
   // A clocked connection without a pull may send a new packet unsolicited while fewer than its
@@ -227,10 +132,12 @@ class Sender {
   // The share in packets, rounded up, at least 1, plus pull_bonus_.
   uint32_t PullWindow() const;
   // Data waits to be sent after the packet being sent (flags::kWantsPull).
-  bool MoreToSend() const;
-  // The RTT a paced path's interval is computed from: its srtt or the connection's latest
-  // sample, whichever is larger.
-  Duration PacingRtt(const SenderPath& path) const;
+  bool MoreToSend() const {
+    if (!reroute_.empty()) return true;
+    const OutboundMessage* m = Find(segment_seq_);
+    if (m != nullptr && !m->done && m->next_to_send < m->packets) return true;
+    return SeqLess(segment_seq_ + 1, next_msg_seq_);  // a later message, never sent yet
+  }
   uint32_t PacketBytes(const OutboundMessage& m, uint32_t index) const;
   // `bytes`: PacketBytes of `ref`. `queued`: data moved or hedged off another path, sent as a
   // retransmission on its new path.
@@ -243,7 +150,6 @@ class Sender {
   // Returns false when the connection failed (retry limit) and nothing was sent.
   bool Transmit(Instant now, SenderPath& path, uint32_t psn, bool retransmission,
                 bool counts_as_retry);
-  void SendProbe(Instant now, SenderPath& path);
   // A PROBE on `path` at `psn`: every PSN below it acknowledged or abandoned [R7], so the
   // responder skips nothing and answers with an ACK of the path (PROBE_REPLY).
   void TransmitProbe(SenderPath& path, uint32_t psn);
@@ -260,19 +166,29 @@ class Sender {
   void ReleaseIdle(SenderPath& path);
   void CompleteMessage(Instant now, OutboundMessage& m, WcStatus status);
   void RetireAndReport();
-  void DetectLosses(Instant now, SenderPath& path);
   void OnNak(Instant now, SenderPath& path, const wire::Packet& ack);
-  void OnPathTimeout(Instant now, SenderPath& path);
-  // True when every PSN outstanding on `path` carries a data unit already acknowledged through
-  // another path (or of a message done): its retransmissions would be FILLERs [R8].
-  bool OnlyFillersOutstanding(const SenderPath& path) const;
+  // Clocked, with more to send, no pull in hand and every pull owed: it may not send.
+  bool WaitingForPulls() const {
+    return Clocked() && MoreToSend() && pull_paths_.empty() && pulls_owed_ >= PullWindow();
+  }
+  // Fewer packets wait to be sent (new data and rerouted units, no later message) than the
+  // connection sprays paths: the next packets are probably their paths' last for now.
+  bool NearTail() const;
+
+  // ---- Loss detection (sender_loss.cc): [R4] losses by transmission order, [R5a] overtaken
+  // paths, the probe timeout, [R5d] tail probes and loss queries.
+  // [R4] retransmits now, on `path`, every PSN whose latest transmission precedes one known to
+  // have arrived (delivered_order); each transmission is examined once, in the order made.
+  void DetectLosses(Instant now, SenderPath& path);
+  // [R5a] a packet sent on `acked` at `newest_sent` arrived: a sibling whose oldest outstanding
+  // packet went earlier by more than ReorderMargin is overtaken (its PTO due after one ACK
+  // delay); at the connection's tail the others get ProbeTailBehind.
   void CheckOvertaken(Instant now, const SenderPath& acked, Instant newest_sent);
   // RACK's rule across paths for the tail: arms `path`'s tail probe when a packet sent after its
   // newest outstanding one was delivered on the path just acknowledged, `acked` ([R5d]).
-  // `acked_srtt`: the smoothed RTT of `acked`. Precondition: TailProbesDue().
+  // `acked_srtt`: the smoothed RTT of `acked`. Precondition: TailProbesDue() or
+  // TailQueriesDue() (then the probe armed is a loss query).
   void ProbeTailBehind(Instant now, SenderPath& path, Duration acked_srtt, Instant newest_sent);
-  // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
-  void Hedge(Instant now, SenderPath& path);
   // How late a packet on `path` may be before it is overdue: beyond its expected delay (its
   // srtt) when `than` is null, else beyond a packet on `than` sent at the same time.
   Duration OvertakenTimeout(const SenderPath& path, const SenderPath* than) const;
@@ -280,6 +196,10 @@ class Sender {
   // of smoothed RTT `than_srtt`: the difference of their srtts, a quarter of `path`'s min RTT,
   // and the peer's ACK delay.
   Duration ReorderMargin(const SenderPath& path, Duration than_srtt) const;
+  // [R5] (re)arms the path's deadline: none with nothing outstanding; the expected delay when
+  // overtaken; else the PTO (backed off, at least twice the peak RTT), at most RecoveryCap();
+  // then ArmTailProbe, whose probe may come first.
+  void ArmPto(Instant now, SenderPath& path);
   // [R5d] Once the connection has nothing more to send, a path with packets outstanding that has
   // sent fewer than kMaxTailProbes probes since its last progress probes its tail, if that comes
   // before the ordinary deadline: the first probe when its newest outstanding packet is overdue
@@ -301,16 +221,21 @@ class Sender {
   // TailProbesDue (the connection's: tail probes on, selective recovery, nothing more to send).
   bool TailProbeAllowed(const SenderPath& path) const;
   bool PathMayTailProbe(const SenderPath& path) const;
-  bool TailProbesDue() const;
+  // (A clocked connection's tail asks with loss queries instead: TailQueriesDue.)
+  bool TailProbesDue() const {  // asked per ACK and per packet sent (CheckOvertaken, ArmPto)
+    return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
+           !MoreToSend() && !Clocked();
+  }
   // A connection its responder clocks asks instead of guessing, at its tail as while it waits
   // for pulls: LossQueryAllowed is PathMayQuery (the path's queries, state and packets
   // outstanding), tail probes on and selective, clocked, and either nothing more to send
   // (TailQueriesDue) or WaitingForPulls.
-  bool TailQueriesDue() const;
+  bool TailQueriesDue() const {
+    return cfg_.tail_probes && cfg_.profile.recovery == RecoveryPolicy::kSelective &&
+           !MoreToSend() && Clocked();
+  }
   bool PathMayQuery(const SenderPath& path) const;
   bool LossQueryAllowed(const SenderPath& path) const;
-  // Clocked, with more to send, no pull in hand and every pull owed: it may not send.
-  bool WaitingForPulls() const;
   // When `e`, outstanding on `path`, is overdue: RACK's expected delay plus ReorderMargin.
   Instant OverdueAt(const SenderPath& path, const SentPacket& e) const;
   // Sends the path's loss query (a PROBE at snd_una) and remembers what it follows.
@@ -324,33 +249,52 @@ class Sender {
   // The PSN a tail-loss probe resends ([R5] step 4, [R5d]): the highest outstanding one not
   // waiting for an RNR delay; next_psn when there is none.
   uint32_t TailProbePsn(Instant now, const SenderPath& path) const;
+  // [R5d] the path's deadline was its tail probe's: a tail probe or, for a connection waiting for
+  // pulls, a loss query; then the ordinary deadline.
+  void FireTailProbe(Instant now, SenderPath& path);
+
+  // ---- Path health (path_health.cc): [R5] expiries toward failure, [R5a] the stall gate, [R5b]
+  // hedges, [R5c] silence, states, [R7] rotation and probing, congestion.md §4 degraded paths.
+  // [R5] the path's deadline expired: a tail probe's (FireTailProbe), else an expiry that
+  // retransmits the tail, goes Suspect, and counts toward failure when it is evidence against the
+  // path ([R5a] stall gate, [R5c] silence); FailPath at FailAfter.
+  void OnPathTimeout(Instant now, SenderPath& path);
+  // True when every PSN outstanding on `path` carries a data unit already acknowledged through
+  // another path (or of a message done): its retransmissions would be FILLERs [R8].
+  bool OnlyFillersOutstanding(const SenderPath& path) const;
+  // [R5b] queues a copy of every unacknowledged data unit outstanding on `path` for another path.
+  void Hedge(Instant now, SenderPath& path);
   // no_progress_timeout / (2 * fail_after_timeouts): the longest PTO, probe interval while work
   // waits, and connection-wide silence before a path fails for it ([R5], [R5c], [R7]).
-  Duration RecoveryCap() const;
+  Duration RecoveryCap() const { return cfg_.RecoveryCap(); }
   // Expiries without progress before failing (twice as many while the connection is congested).
   uint32_t FailAfter(Instant now, const SenderPath& path) const;
+  // [R5] Failed: its unacknowledged data is queued for other paths, its PSN space abandoned,
+  // and its port rotated (Rotate).
   void FailPath(Instant now, SenderPath& path, PathEventReason reason);
+  // Moves the path to `to` and reports it (a PathEvent); nothing when it is there already.
+  // Keeps active_inflight_bytes_ the bytes in flight on Active paths.
+  void SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason);
+  // congestion.md §4: an Active path marked alone (its siblings mostly not) for degraded_hold is
+  // rotated (kPersistentCongestion).
+  void CheckDegraded(Instant now, SenderPath& path);
+  // [R7] the reply to the Probing path's latest probe: an RTT sample of the new route, and Active
+  // again after probes_to_activate replies.
+  void OnProbeReply(Instant now, SenderPath& path);
+  // [R7] a rotation held down or rate-limited falls due; a Probing path's probe goes unanswered
+  // (fail_after_timeouts of them rotate it again).
+  void OnRotationAndProbeTimers(Instant now, SenderPath& path);
+  // [R7] a PROBE at snd_una on a Probing path, and when the next goes (backed off, less while
+  // the connection is stuck).
+  void SendProbe(Instant now, SenderPath& path);
   // Rotates now and returns true, or (within the hold-down, or without a token of the rate
   // limit) schedules it and returns false.
   bool Rotate(Instant now, SenderPath& path, PathEventReason reason);
-  // [R7] the connection's rotation token bucket: refills it up to `now`; the wait until a whole
-  // token is there (0 when one is).
-  Duration RotationTokenWait(Instant now);
-  // A path's sending window: its cwnd, or min(cwnd, window_hint) when the hint is below one packet
-  // (a rate, PickPath). A hint of one packet or more caps the connection: ConnectionShare().
-  uint32_t Window(const SenderPath& path) const;
-  uint64_t ConnectionShare() const;  // window_hint x paths, or no limit
-  void SetState(Instant now, SenderPath& path, PathState to, PathEventReason reason);
-  void ArmPto(Instant now, SenderPath& path);
-  void CheckDegraded(Instant now, SenderPath& path);
-  // Fewer packets wait to be sent (new data and rerouted units, no later message) than the
-  // connection sprays paths: the next packets are probably their paths' last for now.
-  bool NearTail() const;
-  bool Usable(const SenderPath& path) const;
 
   Connection& conn_;
   const ConnectionConfig& cfg_;
   std::vector<SenderPath> paths_;
+  Spray spray_;  // which path each new packet takes (spray.h)
   RingQueue<OutboundMessage> messages_;  // msg_seq base_seq_ .. base_seq_+size-1
   std::unique_ptr<SentPacket[]> spare_ring_;  // a smallest SentRing storage, for the next path
   uint32_t base_seq_ = 0;                 // msg_seq of messages_.front()
@@ -360,19 +304,17 @@ class Sender {
   uint32_t segment_seq_ = 0;              // message being segmented
   std::deque<Reroute> reroute_;           // data moved off failed [R5] or overtaken [R5b] paths
   std::deque<std::pair<uint16_t, uint32_t>> rnr_waits_;  // (path, psn) retried at rnr_until
-  uint16_t rr_cursor_ = 0;
   bool gbn_pending_ = false;  // some path is resending go-back-N: Pump walks the paths
   uint64_t inflight_bytes_ = 0;
   uint64_t active_inflight_bytes_ = 0;    // ... of it on Active paths (the share counts those)
   uint64_t rng_state_;
-  double pace_phase_;                     // in [0, 1): where the paths' paced packets start
   Instant pace_wakeup_ = kNever;          // earliest paced path that new data waits for
   // congestion.md §6: pulls seen while paced (the responder clocks this connection), pulls not
   // used yet, the latest new data packet, and whether the packet being sent uses a pull.
   bool pull_seen_ = false;
   // Pulls not used yet (at most 256), each with the path it came on: the packet it lets through
   // goes there (the responder spreads its pulls over the paths in turn, so its links and planes
-  // take the pulled packets in turn), unless a path was never sent on (PulledPath()).
+  // take the pulled packets in turn), unless a path was never sent on (Spray::PulledPath).
   std::deque<uint16_t> pull_paths_;
   uint8_t pull_seq_seen_ = 0;  // the responder's pull count, as of the latest ACK (mod 256)
   uint32_t pulls_owed_ = 0;  // new packets sent asking for a pull, not yet answered by one
@@ -386,13 +328,14 @@ class Sender {
   bool pull_probed_ = false;  // a PROBE asked for the pulls owed since the latest new packet
   Instant last_new_at_{INT64_MIN / 2};
   bool sending_on_pull_ = false;
+  // Shared by the units: the RTT samples (sender.cc takes them; loss detection and pacing read).
   Duration latest_rtt_{0};                // latest RTT sample of any path
   // The connection's peak RTT: the largest recent sample of any path, moving a sixteenth of the
   // way toward each smaller one (an upper envelope, as srtt is a mean). Bounds the PTO below.
   Duration peak_rtt_{0};
   Instant last_congestion_signal_{INT64_MIN / 2};  // latest CE mark or RTT above target, any path
-  double rotation_tokens_ = 0;            // [R7] rate limit; full at the first rotation
-  Instant rotation_tokens_at_ = kNever;   // last refill (kNever: the bucket is untouched)
+  // Path health's (path_health.cc): the [R7] rotation token bucket.
+  RotationBucket rotations_;  // [R7] rate limit; full at the first rotation
   Instant last_progress_{0};
   // [R5c] the latest failure of a path for the connection's silence as a whole.
   Instant last_silence_failure_{INT64_MIN / 2};
