@@ -141,7 +141,10 @@ void AppSessions::Serve(ControlServer& server) {
       {app::kQpRotate, &AppSessions::RotatePath},
       {app::kQpAbort, &AppSessions::AbortConnection},
   };
-  for (const auto& [name, method] : methods) {
+  for (const auto& entry : methods) {
+    // Named copies, not structured bindings: Debian 12's clang (14) cannot capture those.
+    const std::string_view name = entry.first;
+    const Method method = entry.second;
     const bool needs_session = name != app::kAttach;
     server.Register(std::string(name),
                     [this, method, needs_session](const Json& p,
