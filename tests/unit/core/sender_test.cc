@@ -1691,6 +1691,32 @@ TEST(Sender_Pull, TheProbesReplyBringsAPullWhoseCopiesWereLost) {
 // took the pull it asked for with it): the connection asks with a PROBE on that path, not the
 // packet's data, well before the ordinary deadline; the reply judges the packet, sent before the
 // PROBE: not acknowledged, it is lost and goes again at once; acknowledged, nothing goes.
+// The deadline `due` sends the loss query for `packet` (a PROBE at its path's snd_una); a reply
+// that says it arrived resends nothing, one that says it did not resends it at once as a gap
+// retransmission, without a verdict on the path.
+void ExpectQueryJudges(Requester& r, PullingResponder& peer, const wire::Packet& packet,
+                       Instant due, bool arrived) {
+  r.conn.OnTimer(due);
+  ASSERT_THAT(r.sink.packets(), SizeIs(1));
+  const wire::Packet probe = r.sink.packets()[0].packet;
+  EXPECT_EQ(probe.opcode, wire::Opcode::kProbe);
+  EXPECT_EQ(probe.path_id, packet.path_id);
+  EXPECT_EQ(probe.psn, packet.psn);  // the path's snd_una
+  r.sink.Clear();
+  wire::Packet reply = peer.Ack(probe.path_id, arrived ? packet.psn + 1 : packet.psn, probe.psn);
+  reply.flags |= wire::flags::kProbeReply;
+  r.Feed(due + 10 * kUs, reply);
+  if (arrived) {
+    EXPECT_THAT(r.Log(), IsEmpty());
+    EXPECT_EQ(r.conn.counters().gap_retransmits, 0u);
+  } else {
+    EXPECT_THAT(r.Log(), ElementsAre(HasSubstr("path " + std::to_string(packet.path_id) +
+                                               " WRITE psn " + std::to_string(packet.psn))));
+    EXPECT_EQ(r.conn.counters().gap_retransmits, 1u);
+  }
+  EXPECT_EQ(r.conn.path_stats(packet.path_id).state, PathState::kActive);
+}
+
 TEST(Sender_Pull, AnOverdueOutstandingPacketIsQueriedWithAProbe) {
   for (const bool arrived : {false, true}) {
     SCOPED_TRACE(arrived ? "the packet arrived" : "the packet was lost");
@@ -1706,26 +1732,7 @@ TEST(Sender_Pull, AnOverdueOutstandingPacketIsQueriedWithAProbe) {
     // The ordinary deadline would come at 150 us: twice the connection's peak RTT (its first
     // packet's, 50 us) after the packet went.
     EXPECT_LT(due, At(150 * kUs));
-    r.conn.OnTimer(due);
-    ASSERT_THAT(r.sink.packets(), SizeIs(1));
-    const wire::Packet probe = r.sink.packets()[0].packet;
-    EXPECT_EQ(probe.opcode, wire::Opcode::kProbe);
-    EXPECT_EQ(probe.path_id, lost.path_id);
-    EXPECT_EQ(probe.psn, lost.psn);  // the path's snd_una
-    r.sink.Clear();
-    wire::Packet reply =
-        peer.Ack(probe.path_id, arrived ? lost.psn + 1 : lost.psn, probe.psn);
-    reply.flags |= wire::flags::kProbeReply;
-    r.Feed(due + 10 * kUs, reply);
-    if (arrived) {
-      EXPECT_THAT(r.Log(), IsEmpty());
-      EXPECT_EQ(r.conn.counters().gap_retransmits, 0u);
-    } else {
-      EXPECT_THAT(r.Log(), ElementsAre(HasSubstr("path " + std::to_string(lost.path_id) +
-                                                 " WRITE psn " + std::to_string(lost.psn))));
-      EXPECT_EQ(r.conn.counters().gap_retransmits, 1u);
-      EXPECT_EQ(r.conn.path_stats(lost.path_id).state, PathState::kActive);
-    }
+    ExpectQueryJudges(r, peer, lost, due, arrived);
   }
 }
 
@@ -1756,27 +1763,9 @@ TEST(Sender_Pull, ATailBehindThePullsIsQueriedNotProbedWithData) {
     const wire::Packet last = sent[2].packet;  // its ACK never comes
     const Instant due = r.conn.NextDeadline();
     EXPECT_LT(due, At(150 * kUs));  // before the ordinary deadline (twice the peak RTT)
-    r.conn.OnTimer(due);
-    ASSERT_THAT(r.sink.packets(), SizeIs(1));
-    const wire::Packet probe = r.sink.packets()[0].packet;
-    EXPECT_EQ(probe.opcode, wire::Opcode::kProbe);
-    EXPECT_EQ(probe.path_id, last.path_id);
-    EXPECT_EQ(probe.psn, last.psn);  // the path's snd_una
+    ExpectQueryJudges(r, peer, last, due, arrived);
     EXPECT_EQ(r.conn.counters().loss_queries, 1u);
     EXPECT_EQ(r.conn.counters().tail_probes, 0u);
-    r.sink.Clear();
-    wire::Packet reply = peer.Ack(probe.path_id, arrived ? last.psn + 1 : last.psn, probe.psn);
-    reply.flags |= wire::flags::kProbeReply;
-    r.Feed(due + 10 * kUs, reply);
-    if (arrived) {
-      EXPECT_THAT(r.Log(), IsEmpty());
-      EXPECT_EQ(r.conn.counters().gap_retransmits, 0u);
-    } else {
-      EXPECT_THAT(r.Log(), ElementsAre(HasSubstr("path " + std::to_string(last.path_id) +
-                                                 " WRITE psn " + std::to_string(last.psn))));
-      EXPECT_EQ(r.conn.counters().gap_retransmits, 1u);
-    }
-    EXPECT_EQ(r.conn.path_stats(last.path_id).state, PathState::kActive);
   }
 }
 
